@@ -1,0 +1,91 @@
+"""Command line: python -m autograder check SUBMISSION --exercise NAME ...
+
+Exit status: 0 every check passed; 1 graded and something failed; 2 could
+not grade at all.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+from rich.console import Console
+
+from .context import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE
+from .errors import CannotGrade
+from .exercises import EXERCISES
+
+EXIT_PASSED, EXIT_FAILED, EXIT_CANNOT_GRADE = 0, 1, 2
+
+
+def _check(args) -> int:
+    from .grading import grade
+    from .reports import json_report, text
+
+    report = grade(args.submission, args.exercise, args.world_size, args.backend, args.timeout)
+    if args.json:
+        json_report.write(report, args.json)
+    if args.html:
+        from .reports import html
+
+        html.write(report, args.html)
+    if not args.quiet:
+        text.render(report, Console(highlight=False), show_output=args.show_output)
+    return EXIT_PASSED if report.passed else EXIT_FAILED
+
+
+def _demo(args) -> int:
+    from .demo import run_demo
+
+    return run_demo(keep=args.keep)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    check = commands.add_parser("check", help="grade one submission", description=(
+        "Run SUBMISSION's main(rank, world_size) in WORLD_SIZE ranks and judge what every rank did. "
+        "Exit status: 0 all checks passed, 1 graded with failures (including crashes and hangs), 2 could not grade."))
+    check.add_argument("submission", help="a .py script or a .ipynb notebook that defines main(rank, world_size)")
+    check.add_argument("--exercise", required=True, choices=sorted(EXERCISES), help="which exercise this is")
+    check.add_argument("--world-size", type=int, default=DEFAULT_WORLD_SIZE, help=f"number of ranks (default {DEFAULT_WORLD_SIZE})")
+    check.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"),
+                       help="auto: nccl when there is a GPU per rank, else gloo (default auto)")
+    check.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                       help=f"seconds before a run is declared hung and every rank is killed (default {DEFAULT_TIMEOUT_S:g})")
+    check.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    check.add_argument("--html", metavar="FILE", help="also write the report as a standalone HTML page")
+    check.add_argument("--show-output", action="store_true", help="show every rank's output, not only failing ranks'")
+    check.add_argument("--quiet", action="store_true", help="print nothing; use the exit status and --json")
+    check.set_defaults(run=_check)
+
+    demo = commands.add_parser("demo", help="grade the bundled sample submissions with nbgrader and print the grades")
+    demo.add_argument("--keep", action="store_true", help="keep the temporary course folder and print where it is")
+    demo.set_defaults(run=_demo)
+    return parser
+
+
+def _stop_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)  # unwinds through the launcher, which kills the ranks
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return EXIT_CANNOT_GRADE if exit_.code else EXIT_PASSED
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    try:
+        return args.run(args)
+    except CannotGrade as error:
+        console = Console(stderr=True, highlight=False)
+        console.print(f"[bold red]Cannot grade:[/] {error.message}")
+        if error.hint:
+            console.print(f"[bold]Tip:[/] {error.hint}")
+        return EXIT_CANNOT_GRADE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

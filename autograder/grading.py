@@ -1,0 +1,151 @@
+"""The grading pipeline: load -> preflight -> launch -> collect -> check -> report.
+
+Each stage is one call; the run context is built once, here.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from . import backend as backends
+from . import submission as submissions
+from .checks import run_checks, training_sampler, weight_spread
+from .context import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE, RunContext
+from .diagnose import hint_for
+from .errors import CannotGrade
+from .exercises import EXERCISES
+from .launch import launch
+from .records import RunRecords, collect
+from .verdict import RankSummary, Report
+
+MAX_WORLD_SIZE = 16
+PARTITION_EPOCHS = 6  # epochs drawn in the partition map
+
+
+def _context(sub: submissions.Submission, exercise: str, world_size: int, backend: str, timeout_s: float) -> RunContext:
+    if exercise not in EXERCISES:
+        raise CannotGrade(f"Unknown exercise {exercise!r}.", f"Choose one of: {', '.join(EXERCISES)}.")
+    if not 1 <= world_size <= MAX_WORLD_SIZE:
+        raise CannotGrade(f"--world-size must be between 1 and {MAX_WORLD_SIZE}, not {world_size}.")
+    if not timeout_s > 0:
+        raise CannotGrade(f"--timeout must be a positive number of seconds, not {timeout_s}.")
+    if backend not in backends.BACKENDS:
+        raise CannotGrade(f"Unknown backend {backend!r}.", f"Choose one of: {', '.join(backends.BACKENDS)}.")
+    resolved, hide_gpus = backends.resolve(backend, world_size)
+    run_dir = Path(tempfile.mkdtemp(prefix="ddp-grade-"))
+    return RunContext(exercise, world_size, resolved, hide_gpus, timeout_s, run_dir, sub.is_notebook, sub.module_file_name)
+
+
+def _files(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() or p.is_symlink()}
+
+
+def _run(ctx: RunContext, sub: submissions.Submission) -> RunRecords:
+    ctx.make_dirs()
+    ctx.module_path.write_text(sub.code, encoding="utf-8")
+    for name, body in sub.written_files.items():  # a notebook's %%writefile cells
+        target = (ctx.code_dir / name).resolve()
+        if ctx.code_dir.resolve() in target.parents:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(body, encoding="utf-8")
+    EXERCISES[ctx.exercise].prepare(ctx.workdir)
+    problem = submissions.preflight(sub)
+    if problem is not None:
+        return RunRecords(ctx.exercise, ctx.world_size, ctx.backend, [], None, problem=problem)
+    provided = _files(ctx.workdir)
+    result = launch(ctx)
+    return collect(ctx.exercise, ctx.world_size, ctx.backend, result, ctx.record_path, sorted(_files(ctx.workdir) - provided))
+
+
+def grade(path: str | os.PathLike, exercise: str, world_size: int = DEFAULT_WORLD_SIZE, backend: str = "auto",
+          timeout_s: float = DEFAULT_TIMEOUT_S) -> Report:
+    """Grade one submission. Raises CannotGrade when it cannot be graded at all."""
+    sub = submissions.load(path)
+    ctx = _context(sub, exercise, world_size, backend, timeout_s)
+    try:
+        run = _run(ctx, sub)
+        return _report(run, sub, run_checks(run))
+    finally:
+        shutil.rmtree(ctx.run_dir, ignore_errors=True)
+
+
+# --- turning records into the report ------------------------------------------
+
+def _student_location(sub: submissions.Submission, frames: list[dict]) -> str:
+    if not frames:
+        return ""
+    last = frames[-1]
+    code = f": {last['code']}" if last.get("code") else ""
+    return f" ({sub.path.name}, {sub.where(last['line'])}, in {last['function']}{code})"
+
+
+def _rank_error(run: RunRecords, sub: submissions.Submission, rank: int) -> str | None:
+    records = run.ranks[rank]
+    error, outcome = records.error, records.outcome
+    if error is not None:
+        return f"{error['type']}: {error['message']}{_student_location(sub, error['frames'])}"
+    if outcome is None:
+        return None
+    if outcome.status == "hung":
+        return f"still running at the deadline{_hung_location(sub, outcome.stack)}"
+    if outcome.status == "stopped":
+        return "stopped by the grader because another rank failed"
+    if outcome.exit_code not in (0, None):
+        how = f"was killed by signal {-outcome.exit_code}" if outcome.exit_code < 0 else f"exited with status {outcome.exit_code}"
+        return f"the process {how} before main returned (os._exit, a crash, or running out of memory)"
+    return None
+
+
+def _hung_location(sub: submissions.Submission, stack: str) -> str:
+    """The innermost line of the student's file in a faulthandler dump."""
+    for line in stack.splitlines():
+        line = line.strip()
+        if line.startswith("File ") and f"/{sub.module_file_name}\"" in line:
+            number = int(line.split(", line ")[1].split()[0])
+            function = line.rsplit(" in ", 1)[-1]
+            code = sub.code.splitlines()[number - 1].strip() if number <= len(sub.code.splitlines()) else ""
+            return f", at {sub.path.name} {sub.where(number)}, in {function}: {code}"
+    return ""
+
+
+def _launch_error(run: RunRecords, sub: submissions.Submission, ranks: list[RankSummary]) -> tuple[str | None, str]:
+    if run.problem is not None:
+        return run.problem.message, run.problem.hint
+    result = run.launch
+    if result.start_error:
+        return f"The ranks could not be started: {result.start_error}", "This is a problem of the grading machine; tell your instructor."
+    if result.hung:
+        where = "; ".join(f"rank {r}: {ranks[r].error}" for r in result.hung)
+        return (f"The run did not finish within the time limit. {where}.",
+                "A rank waiting forever usually means the ranks did not call the same collectives: every rank must run "
+                "the same training steps (a collective such as all_reduce or DDP's backward waits for all ranks).")
+    if result.first_failure is not None:
+        rank = result.first_failure
+        text = ranks[rank].error or "failed"
+        return f"Rank {rank} failed: {text}", hint_for(text) or "Fix this error first; the other ranks were stopped because of it."
+    return None, ""
+
+
+def _details(run: RunRecords) -> dict:
+    """The series behind the report's pictures."""
+    partition = []
+    for r in run.ranks:
+        found = training_sampler(r)
+        epochs = [e["indices"] for e in found[1][:PARTITION_EPOCHS]] if found else []
+        partition.append({"rank": r.rank, "epochs": epochs, "dataset_length": found[0]["dataset"]["length"] if found and found[0]["dataset"] else None})
+    losses = [{"rank": r.rank, "losses": (r.first("training_end") or {}).get("losses", [])} for r in run.ranks]
+    return {"partition": partition, "losses": losses, "weight_spread": weight_spread(run) if run.ranks else []}
+
+
+def _report(run: RunRecords, sub: submissions.Submission, verdicts) -> Report:
+    ranks = []
+    for r in run.ranks:
+        outcome = r.outcome
+        ranks.append(RankSummary(r.rank, outcome.exit_code if outcome else None, outcome.status if outcome else "not started",
+                                 _rank_error(run, sub, r.rank), outcome.output if outcome else "",
+                                 outcome.output_bytes if outcome else 0, outcome.stack if outcome and outcome.status == "hung" else ""))
+    error, hint = _launch_error(run, sub, ranks)
+    return Report(run.exercise, run.world_size, run.backend, run.launch.duration_s if run.launch else 0.0, error, hint,
+                  ranks, verdicts, submission=str(sub.path), files_left=run.files_left, details=_details(run))

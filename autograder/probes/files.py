@@ -1,0 +1,35 @@
+"""Probe: every file a rank opens for writing inside the grading folder.
+
+An audit hook sees Python-level opens (logs, numpy, csv); torch.save is
+recorded by the checkpoint probe because it opens files in C++.
+"""
+import os
+import sys
+
+from .state import RankState
+
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT
+
+
+def _is_write(mode, flags) -> bool:
+    if isinstance(mode, str):
+        return any(c in mode for c in "wax+")
+    return isinstance(flags, int) and bool(flags & WRITE_FLAGS)
+
+
+def install(state: RankState) -> None:
+    workdir = os.path.realpath(state.workdir) + os.sep
+    private = os.path.realpath(os.path.dirname(state.record_path)) + os.sep
+    seen = set()
+
+    def hook(event, args):
+        if event != "open" or not args or not isinstance(args[0], (str, bytes, os.PathLike)):
+            return
+        if not _is_write(args[1] if len(args) > 1 else None, args[2] if len(args) > 2 else None):
+            return
+        path = os.path.realpath(os.fsdecode(args[0]))
+        if path.startswith(workdir) and not path.startswith(private) and path not in seen:
+            seen.add(path)
+            state.record("file_written", path=path)
+
+    sys.addaudithook(hook)

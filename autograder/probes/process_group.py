@@ -1,0 +1,109 @@
+"""Probe: init_process_group / destroy_process_group / torch.cuda.set_device.
+
+The grader owns the rendezvous: whatever MASTER_ADDR/MASTER_PORT the student
+sets, the group is built on a FileStore private to this grading run, so many
+gradings can share one machine. Arguments that cannot work under this run
+(a wrong world size, nccl without GPUs) are refused at once with a message,
+instead of hanging until a timeout.
+"""
+import datetime
+import functools
+import inspect
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+from .state import RankState, StudentError
+
+
+def _backend_names(backend) -> set[str]:
+    """'cpu:gloo,cuda:nccl' -> {'gloo', 'nccl'}."""
+    if backend is None:
+        return set()
+    return {part.split(":")[-1].strip().lower() for part in str(backend).split(",")}
+
+
+def _refuse_impossible(state: RankState, backend, world_size: int, rank: int) -> None:
+    if world_size not in (-1, None) and world_size != state.world_size:
+        raise StudentError(
+            f"init_process_group was called with world_size={world_size}, but the grader started "
+            f"{state.world_size} ranks. Pass on the world_size that main(rank, world_size) receives."
+        )
+    if rank not in (-1, None) and rank != state.rank:
+        raise StudentError(
+            f"init_process_group was called with rank={rank} in the process of rank {state.rank}. "
+            "Pass on the rank that main(rank, world_size) receives."
+        )
+    if "nccl" in _backend_names(backend) and state.backend != "nccl":
+        raise StudentError(
+            "init_process_group asked for the nccl backend, but this run has no GPU for each rank "
+            "(it runs on the CPU with gloo). Pick the backend from the hardware: "
+            "'nccl' if torch.cuda.is_available() else 'gloo'."
+        )
+
+
+def install(state: RankState) -> None:
+    original_init = dist.init_process_group
+    signature = inspect.signature(original_init)
+    set_device_calls = state.extras.setdefault("set_device_calls", [])
+
+    @functools.wraps(original_init)
+    def init_process_group(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        asked = bound.arguments
+        state.record(
+            "init_process_group",
+            backend=asked["backend"],
+            world_size=asked["world_size"],
+            rank=asked["rank"],
+            init_method=asked["init_method"],
+            cuda_device=torch.cuda.current_device() if torch.cuda.is_initialized() else None,
+            set_device_calls=list(set_device_calls),
+        )
+        try:
+            _refuse_impossible(state, asked["backend"], asked["world_size"], asked["rank"])
+        except StudentError as refusal:
+            state.record("init_refused", reason=str(refusal))
+            raise
+        store = dist.FileStore(state.store_path, state.world_size)
+        original_init(
+            backend=asked["backend"],
+            store=store,
+            rank=state.rank,
+            world_size=state.world_size,
+            timeout=asked["timeout"] or datetime.timedelta(minutes=30),
+            group_name=asked["group_name"],
+            pg_options=asked["pg_options"],
+            device_id=asked["device_id"],
+        )
+        state.record("process_group_ready", backend=dist.get_backend(), world_size=dist.get_world_size(), rank=dist.get_rank())
+
+    original_destroy = state.extras["destroy_process_group"] = dist.destroy_process_group
+
+    @functools.wraps(original_destroy)
+    def destroy_process_group(*args, **kwargs):
+        group = args[0] if args else kwargs.get("group")
+        state.record("destroy_process_group", default_group=group is None or group is c10d.GroupMember.WORLD, was_initialized=dist.is_initialized())
+        return original_destroy(*args, **kwargs)
+
+    original_set_device = torch.cuda.set_device
+
+    @functools.wraps(original_set_device)
+    def set_device(device):
+        set_device_calls.append(str(device))
+        state.record("cuda_set_device", device=str(device), before_init=not dist.is_initialized())
+        return original_set_device(device)
+
+    for module in (dist, c10d):
+        module.init_process_group = init_process_group
+        module.destroy_process_group = destroy_process_group
+    torch.cuda.set_device = set_device
+
+
+def finish(state: RankState) -> None:
+    still_up = dist.is_initialized()
+    state.record("rank_end", process_group_still_initialized=still_up)
+    if still_up:  # tidy up for the student so the rank can exit cleanly
+        state.extras["destroy_process_group"]()

@@ -1,0 +1,95 @@
+"""Probe: every DistributedSampler's settings, the indices each rank consumed
+per epoch, its set_epoch calls, and a fingerprint of the data set behind it."""
+import functools
+import random
+
+import numpy as np
+import torch
+from torch.utils.data.distributed import DistributedSampler
+
+from . import fingerprint
+from .state import RankState
+
+SAMPLED_ITEMS = 32
+
+
+def _whole_content(dataset):
+    """A hash of the full data when it is held in tensors (TensorDataset, MNIST)."""
+    if isinstance(dataset, torch.utils.data.TensorDataset):
+        return fingerprint.content(*dataset.tensors)
+    data, targets = getattr(dataset, "data", None), getattr(dataset, "targets", None)
+    if isinstance(data, (torch.Tensor, np.ndarray)):
+        return fingerprint.content(data, targets if isinstance(targets, (torch.Tensor, np.ndarray, list)) else None)
+    return None
+
+
+def _sampled_items(dataset, length):
+    """Hashes of a fixed spread of items, each read twice.
+
+    An item whose two reads differ comes from a random transform; it says
+    nothing about the data set and is left out.
+    """
+    indices = sorted({round(i * (length - 1) / max(SAMPLED_ITEMS - 1, 1)) for i in range(SAMPLED_ITEMS)}) if length else []
+    states = (torch.random.get_rng_state(), random.getstate(), np.random.get_state())
+    try:
+        hashes, unstable = {}, 0
+        for index in indices:
+            first, second = fingerprint.content(dataset[index]), fingerprint.content(dataset[index])
+            if first == second:
+                hashes[str(index)] = first
+            else:
+                unstable += 1
+        return hashes, unstable
+    finally:  # reading items must not change the student's random numbers
+        torch.random.set_rng_state(states[0])
+        random.setstate(states[1])
+        np.random.set_state(states[2])
+
+
+def _dataset_fingerprint(dataset):
+    length = len(dataset)
+    items, unstable = _sampled_items(dataset, length)
+    return {"length": length, "content": _whole_content(dataset), "items": items, "unstable_items": unstable}
+
+
+def install(state: RankState) -> None:
+    original_init = DistributedSampler.__init__
+    original_iter = DistributedSampler.__iter__
+    original_set_epoch = DistributedSampler.set_epoch
+    counter = iter(range(10**9))
+
+    @functools.wraps(original_init)
+    def __init__(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        self._grader_id = next(counter)
+        state.record(
+            "sampler",
+            sampler=self._grader_id,
+            num_replicas=self.num_replicas,
+            rank=self.rank,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            drop_last=self.drop_last,
+            dataset_type=type(self.dataset).__name__,
+            dataset=state.guarded(_dataset_fingerprint, self.dataset),
+        )
+
+    @functools.wraps(original_iter)
+    def __iter__(self):
+        epoch, consumed, finished = self.epoch, [], False
+        try:
+            for index in original_iter(self):
+                consumed.append(int(index))
+                yield index
+            finished = True
+        finally:
+            state.record("sampler_epoch", sampler=getattr(self, "_grader_id", -1), epoch=epoch, indices=consumed, finished=finished)
+
+    @functools.wraps(original_set_epoch)
+    def set_epoch(self, epoch):
+        state.record("set_epoch", sampler=getattr(self, "_grader_id", -1), epoch=epoch)
+        return original_set_epoch(self, epoch)
+
+    DistributedSampler.__init__ = __init__
+    DistributedSampler.__iter__ = __iter__
+    DistributedSampler.set_epoch = set_epoch

@@ -1,0 +1,49 @@
+"""What the probes of one rank share: who this rank is, and where facts go."""
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+class StudentError(Exception):
+    """Raised into student code when a call cannot work under the grader.
+
+    Its message is written for the student and ends up in the report.
+    """
+
+
+@dataclass
+class RankState:
+    rank: int
+    world_size: int
+    backend: str
+    store_path: str
+    workdir: str
+    record_path: str
+    is_notebook: bool
+    steps: int = 0
+    # Filled in by the probes as the run goes on.
+    extras: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self._file = open(self.record_path, "a", buffering=1)
+
+    def record(self, kind: str, **facts: Any) -> None:
+        line = json.dumps({"kind": kind, "time": time.time(), "step": self.steps, **facts}, default=str)
+        self._file.write(line + "\n")
+
+    def guarded(self, fn: Callable, *args, **kwargs):
+        """Run probe code so that a bug in a probe never breaks the student's run."""
+        try:
+            return fn(*args, **kwargs)
+        except StudentError:
+            raise
+        except Exception:
+            self.record("probe_error", where=getattr(fn, "__qualname__", repr(fn)), traceback=traceback.format_exc())
+            return None
+
+    def close(self) -> None:
+        self._file.close()

@@ -1,0 +1,148 @@
+"""What runs inside each rank: isolate the process, install the probes,
+import the submission and call its main(rank, world_size)."""
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import importlib.util
+import inspect
+import io
+import os
+import signal
+import sys
+import traceback
+from dataclasses import dataclass
+
+from . import probes
+from .probes.state import RankState, StudentError
+
+MODULE_NAME = "submission"
+STACK_SIGNAL = signal.SIGUSR1
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    """The picklable part of the run context that a rank needs."""
+
+    world_size: int
+    backend: str
+    hide_gpus: bool
+    is_notebook: bool
+    module_path: str
+    source_dir: str
+    workdir: str
+    store_path: str
+    record_paths: tuple[str, ...]
+    output_paths: tuple[str, ...]
+    stack_paths: tuple[str, ...]
+    inherited_fds: tuple[int, ...]  # the parent's pipe ends, closed in forked ranks
+
+
+def _isolate(spec: RankSpec) -> None:
+    """Own process group (so the grader can kill the rank and all it started),
+    death with the grader, and none of the grader's pipe ends."""
+    os.setpgid(0, 0)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+    for fd in spec.inherited_fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _redirect_output(path: str) -> None:
+    """Both fds 1 and 2 go to the grader's pipe: C++ warnings too."""
+    fd = os.open(path, os.O_WRONLY)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=True, errors="replace")
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True, errors="replace")
+
+
+def _import_submission(spec: RankSpec):
+    module_spec = importlib.util.spec_from_file_location(MODULE_NAME, spec.module_path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[MODULE_NAME] = module  # so pickle finds the student's classes
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def _entry_point(module):
+    main = getattr(module, "main", None)
+    if not callable(main):
+        raise StudentError("No function main(rank, world_size) was found. The grader calls main in every rank.")
+    try:
+        inspect.signature(main).bind(0, 1)
+    except TypeError:
+        raise StudentError(
+            f"main{inspect.signature(main)} cannot be called as main(rank, world_size). "
+            "Give it exactly those two parameters."
+        ) from None
+    return main
+
+
+def _student_frames(error: BaseException, module_path: str) -> list[dict]:
+    frames = traceback.extract_tb(error.__traceback__)
+    return [
+        {"file": os.path.basename(f.filename), "line": f.lineno, "function": f.name, "code": f.line}
+        for f in frames
+        if os.path.realpath(f.filename) == os.path.realpath(module_path)
+    ]
+
+
+def _record_error(state: RankState, error: BaseException, phase: str, spec: RankSpec) -> None:
+    state.record(
+        "error",
+        phase=phase,
+        type=type(error).__name__,
+        message=str(error)[:4000],
+        from_grader=isinstance(error, StudentError),
+        frames=_student_frames(error, spec.module_path),
+        traceback="".join(traceback.format_exception(error))[-8000:],
+    )
+
+
+def run_rank(rank: int, spec: RankSpec) -> None:
+    _isolate(spec)
+    _redirect_output(spec.output_paths[rank])
+    stack_file = open(spec.stack_paths[rank], "w")
+    faulthandler.enable(stack_file)  # a segfault still leaves a stack
+    faulthandler.register(STACK_SIGNAL, stack_file, all_threads=False)
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(spec.world_size))
+    if spec.hide_gpus:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    os.chdir(spec.workdir)
+    sys.path.insert(0, spec.source_dir)
+    sys.argv = [spec.module_path]
+
+    state = RankState(rank=rank, world_size=spec.world_size, backend=spec.backend, store_path=spec.store_path,
+                      workdir=spec.workdir, record_path=spec.record_paths[rank], is_notebook=spec.is_notebook)
+    probes.install(state)
+    failed, phase = False, "import"
+    try:
+        module = _import_submission(spec)
+        main = _entry_point(module)
+        phase = "main"
+        state.record("main_start")
+        main(rank, spec.world_size)
+    except SystemExit as error:
+        if error.code not in (None, 0):
+            failed = True
+            _record_error(state, error, phase, spec)
+    except BaseException as error:
+        failed = True
+        _record_error(state, error, phase, spec)
+    finally:
+        probes.finish(state)
+        state.record("rank_done", failed=failed)
+        state.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    # Skip interpreter teardown: atexit hooks of student code or a
+    # half-closed communicator must not keep a finished rank alive.
+    os._exit(1 if failed else 0)

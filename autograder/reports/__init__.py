@@ -1,0 +1,1 @@
+"""Reporters: each renders the same Report, none judges anything."""

@@ -1,0 +1,81 @@
+"""The JSON report: a stable, versioned contract for other tools."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from ..verdict import Report
+
+SCHEMA_VERSION = 1
+OUTPUT_CHARS = 20_000  # per rank, in the JSON
+
+
+def to_dict(report: Report) -> dict:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "exercise": report.exercise,
+        "submission": report.submission,
+        "world_size": report.world_size,
+        "backend": report.backend,
+        "passed": report.passed,
+        "score": report.score,
+        "max_score": report.max_score,
+        "duration_s": round(report.duration_s, 3),
+        "error": report.error,
+        "error_hint": report.error_hint or None,
+        "ranks": [
+            {
+                "rank": r.rank,
+                "exit_code": r.exit_code,
+                "status": r.status,
+                "error": r.error,
+                "output": r.output[-OUTPUT_CHARS:],
+                "output_bytes": r.output_bytes,
+                "output_truncated": r.output_bytes > len(r.output.encode()) or len(r.output) > OUTPUT_CHARS,
+                "stack": r.stack or None,
+            }
+            for r in report.ranks
+        ],
+        "checks": [
+            {
+                "id": v.id,
+                "title": v.title,
+                "status": v.status,
+                "passed": v.passed,
+                "points": v.points,
+                "max_points": v.max_points,
+                "message": v.message,
+                "hint": v.hint or None,
+                "rank": v.rank,
+            }
+            for v in report.checks
+        ],
+        "files_left": report.files_left,
+        "details": report.details,
+    }
+
+
+def from_dict(data: dict) -> Report:
+    """Rebuild a Report, e.g. in a notebook kernel from the grader's JSON."""
+    from ..verdict import RankSummary, Verdict
+
+    ranks = [RankSummary(r["rank"], r["exit_code"], r["status"], r["error"], r["output"], r["output_bytes"], r.get("stack") or "")
+             for r in data["ranks"]]
+    checks = [Verdict(c["id"], c["title"], c["status"], c["points"], c["max_points"], c["message"], c["hint"] or "", c["rank"])
+              for c in data["checks"]]
+    return Report(data["exercise"], data["world_size"], data["backend"], data["duration_s"], data["error"],
+                  data.get("error_hint") or "", ranks, checks, data.get("submission", ""), data.get("files_left", []),
+                  data.get("details", {}))
+
+
+def write(report: Report, path: str | os.PathLike) -> None:
+    """Atomically: a reader never sees half a report."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        json.dump(to_dict(report), f, indent=2)
+    os.replace(temp, path)
+

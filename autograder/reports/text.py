@@ -1,0 +1,46 @@
+"""The terminal report: one line per check, and under each failure what was
+seen, on which rank, and what to change. Coloured with rich."""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.text import Text
+
+from ..verdict import FAILED, PASSED, Report
+
+MARKS = {PASSED: ("PASS", "green"), FAILED: ("FAIL", "bold red"), "skipped": ("SKIP", "yellow")}
+OUTPUT_LINES = 15
+
+
+def _points(value: float) -> str:
+    return f"{value:g}"
+
+
+def render(report: Report, console: Console, show_output: bool = False) -> None:
+    console.print(Text.assemble(("DDP autograder", "bold"), f"  {report.exercise}  ·  {report.world_size} ranks  ·  "
+                                f"{report.backend}  ·  {report.duration_s:.1f} s"))
+    if report.error:
+        console.print(Text.assemble(("\nProblem: ", "bold red"), report.error))
+        if report.error_hint:
+            console.print(Text.assemble(("  What to do: ", "bold"), report.error_hint))
+    console.print()
+    width = max(len(v.title) for v in report.checks)
+    for verdict in report.checks:
+        mark, style = MARKS[verdict.status]
+        line = Text.assemble((f"{mark}  ", style), verdict.title.ljust(width + 2),
+                             (f"{_points(verdict.points)}/{_points(verdict.max_points)}", "dim"))
+        console.print(line)
+        if verdict.status == FAILED:
+            console.print(Text("      " + verdict.message))
+            if verdict.hint:
+                console.print(Text.assemble(("      Hint: ", "bold cyan"), verdict.hint))
+    console.print(Text.assemble(("\nScore: ", "bold"), f"{_points(report.score)} / {_points(report.max_score)}",
+                                ("   all checks passed" if report.passed else "", "green")))
+    for rank in report.ranks:
+        if rank.error or show_output:
+            lines = rank.output.rstrip().splitlines()
+            if rank.error:
+                console.print(Text.assemble((f"\nrank {rank.rank}: ", "bold"), rank.error))
+            if lines and (show_output or rank.error):
+                console.print(Text(f"  last output of rank {rank.rank}:", style="dim"))
+                for line in lines[-OUTPUT_LINES:]:
+                    console.print(Text("  | " + line, style="dim"))
