@@ -43,12 +43,6 @@ class RunContext:
     def store_path(self) -> Path:
         return self.private_dir / "store"
 
-    @property
-    def start_method(self) -> str:
-        # Forking a process that has imported torch starts ranks in
-        # milliseconds; CUDA does not survive a fork, so GPU runs spawn.
-        return "spawn" if self.backend == "nccl" else "fork"
-
     def record_path(self, rank: int) -> Path:
         return self.private_dir / f"rank{rank}.jsonl"
 

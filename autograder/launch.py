@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing.connection
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -62,7 +63,25 @@ def _read_stack(path) -> str:
         return ""
 
 
-def _rank_spec(ctx: RunContext, captures: list[CappedOutput]) -> RankSpec:
+def start_method(backend: str) -> str:
+    """How to start ranks: as fast as is safe here.
+
+    Forking this process, which has imported torch already, starts a rank in
+    milliseconds. It is safe only while the process has one thread: a child
+    forked after torch's OpenMP pool started hangs in its first parallel op
+    (a grader called from a busy process, such as a test session). Then a
+    fork server, a clean process that imports torch once, forks the ranks.
+    CUDA does not survive a fork at all, so GPU runs spawn.
+    """
+    if backend == "nccl":
+        return "spawn"
+    if threading.active_count() == 1 and len(os.listdir("/proc/self/task")) == 1:
+        return "fork"
+    mp.set_forkserver_preload(["torch", "torch.distributed", "torch.nn.parallel", "autograder.rank"])
+    return "forkserver"
+
+
+def _rank_spec(ctx: RunContext, captures: list[CappedOutput], method: str) -> RankSpec:
     ranks = range(ctx.world_size)
     return RankSpec(
         world_size=ctx.world_size,
@@ -76,22 +95,24 @@ def _rank_spec(ctx: RunContext, captures: list[CappedOutput]) -> RankSpec:
         record_paths=tuple(str(ctx.record_path(r)) for r in ranks),
         output_paths=tuple(c.path for c in captures),
         stack_paths=tuple(str(ctx.stack_path(r)) for r in ranks),
-        inherited_fds=tuple(fd for c in captures for fd in c.parent_fds) if ctx.start_method == "fork" else (),
+        inherited_fds=tuple(fd for c in captures for fd in c.parent_fds) if method == "fork" else (),
     )
 
 
 def launch(ctx: RunContext) -> LaunchResult:
+    method = start_method(ctx.backend)  # before the output threads exist
     captures = [CappedOutput(str(ctx.output_path(r))) for r in range(ctx.world_size)]
     started = time.monotonic()
     processes = []
     try:
-        for capture in captures:
-            capture.start()
         try:
-            context = mp.start_processes(run_rank, args=(_rank_spec(ctx, captures),), nprocs=ctx.world_size,
-                                         join=False, start_method=ctx.start_method)
+            context = mp.start_processes(run_rank, args=(_rank_spec(ctx, captures, method),), nprocs=ctx.world_size,
+                                         join=False, start_method=method)
         except Exception as error:  # e.g. out of memory or processes
             return LaunchResult([], time.monotonic() - started, start_error=f"{type(error).__name__}: {error}")
+        finally:
+            for capture in captures:  # drain even if starting failed half-way
+                capture.start()
         processes = context.processes
         exit_codes, first_failure = _watch(processes, started + ctx.timeout_s)
         hung = [r for r in range(ctx.world_size) if r not in exit_codes and first_failure is None]
