@@ -110,6 +110,19 @@ def _hung_location(sub: submissions.Submission, stack: str) -> str:
     return ""
 
 
+def _root_failure(run: RunRecords) -> int:
+    """The rank that failed first. Its error is the cause; the others often
+    fail a moment later only because it is gone ("Connection closed by peer")."""
+    def failed_at(records) -> float:
+        times = [records.error["time"]] if records.error else []
+        if records.outcome.exited_at is not None:
+            times.append(records.outcome.exited_at)
+        return min(times, default=float("inf"))
+
+    failed = [r for r in run.ranks if r.outcome and r.outcome.status == "failed"]
+    return min(failed, key=failed_at).rank if failed else run.launch.first_failure
+
+
 def _launch_error(run: RunRecords, sub: submissions.Submission, ranks: list[RankSummary]) -> tuple[str | None, str]:
     if run.problem is not None:
         return run.problem.message, run.problem.hint
@@ -122,7 +135,7 @@ def _launch_error(run: RunRecords, sub: submissions.Submission, ranks: list[Rank
                 "A rank waiting forever usually means the ranks did not call the same collectives: every rank must run "
                 "the same training steps (a collective such as all_reduce or DDP's backward waits for all ranks).")
     if result.first_failure is not None:
-        rank = result.first_failure
+        rank = _root_failure(run)
         text = ranks[rank].error or "failed"
         return f"Rank {rank} failed: {text}", hint_for(text) or "Fix this error first; the other ranks were stopped because of it."
     return None, ""

@@ -32,14 +32,16 @@ class RankOutcome:
     status: str
     output: str = ""
     output_bytes: int = 0
+    output_lines: int = 0
     stack: str = ""
+    exited_at: float | None = None  # wall clock, when the launcher saw it exit
 
 
 @dataclass
 class LaunchResult:
     ranks: list[RankOutcome]
     duration_s: float
-    first_failure: int | None = None  # the rank that failed first
+    first_failure: int | None = None  # the rank the launcher saw fail first
     hung: list[int] = field(default_factory=list)
     start_error: str | None = None  # the ranks could not be started at all
 
@@ -114,7 +116,7 @@ def launch(ctx: RunContext) -> LaunchResult:
             for capture in captures:  # drain even if starting failed half-way
                 capture.start()
         processes = context.processes
-        exit_codes, first_failure = _watch(processes, started + ctx.timeout_s)
+        exit_codes, exit_times, first_failure = _watch(processes, started + ctx.timeout_s)
         hung = [r for r in range(ctx.world_size) if r not in exit_codes and first_failure is None]
         for rank in hung:
             try:
@@ -138,23 +140,25 @@ def launch(ctx: RunContext) -> LaunchResult:
             status = "stopped"
         else:
             status = "finished" if code == 0 else "failed"
-        outcomes.append(RankOutcome(rank, code, status, captures[rank].text(), captures[rank].total_bytes,
-                                    _read_stack(ctx.stack_path(rank))))
+        capture = captures[rank]
+        outcomes.append(RankOutcome(rank, code, status, capture.text(), capture.total_bytes, capture.total_lines,
+                                    _read_stack(ctx.stack_path(rank)), exit_times.get(rank)))
     return LaunchResult(outcomes, duration, first_failure, hung)
 
 
-def _watch(processes, deadline: float) -> tuple[dict[int, int], int | None]:
+def _watch(processes, deadline: float) -> tuple[dict[int, int], dict[int, float], int | None]:
     """Wait until every rank has exited, one has failed, or the deadline."""
     pending = {p.sentinel: rank for rank, p in enumerate(processes)}
     exit_codes: dict[int, int] = {}
+    exit_times: dict[int, float] = {}
     while pending:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            return exit_codes, None
+            return exit_codes, exit_times, None
         for sentinel in multiprocessing.connection.wait(list(pending), timeout=min(POLL_S, remaining)):
             rank = pending.pop(sentinel)
             processes[rank].join()
-            exit_codes[rank] = processes[rank].exitcode
+            exit_codes[rank], exit_times[rank] = processes[rank].exitcode, time.time()
             if exit_codes[rank] != 0:
-                return exit_codes, rank
-    return exit_codes, None
+                return exit_codes, exit_times, rank
+    return exit_codes, exit_times, None
