@@ -7,6 +7,7 @@ running is asked for its Python stack before it is killed.
 """
 from __future__ import annotations
 
+import importlib
 import multiprocessing.connection
 import os
 import signal
@@ -77,9 +78,12 @@ def start_method(backend: str) -> str:
     """
     if backend == "nccl":
         return "spawn"
+    # DDP's constructor imports torch._dynamo (about 900 modules, seconds):
+    # once here rather than in every rank.
+    importlib.import_module("torch._dynamo")
     if threading.active_count() == 1 and len(os.listdir("/proc/self/task")) == 1:
         return "fork"
-    mp.set_forkserver_preload(["torch", "torch.distributed", "torch.nn.parallel", "autograder.rank"])
+    mp.set_forkserver_preload(["torch", "torch._dynamo", "torch.distributed", "torch.nn.parallel", "autograder.rank"])
     return "forkserver"
 
 
