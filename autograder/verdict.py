@@ -85,3 +85,9 @@ class Report:
 
     def check(self, check_id: str) -> Verdict:
         return next(v for v in self.checks if v.id == check_id)
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows the report when a cell ends with check(...)."""
+        from .reports import html  # lazily: matplotlib is imported only when a report is shown
+
+        return html.render(self)
