@@ -3,9 +3,17 @@ what each rank did.
 
     from autograder import grade
     report = grade("linear_regression_ddp.py", exercise="linear_regression", world_size=2)
-"""
-from .errors import CannotGrade
-from .grading import grade
-from .verdict import Report
 
-__all__ = ["grade", "Report", "CannotGrade"]
+Names are imported on first use, so `from autograder.notebook import check`
+does not pull torch into a notebook kernel.
+"""
+from importlib import import_module
+
+_EXPORTS = {"grade": ".grading", "Report": ".verdict", "CannotGrade": ".errors"}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,7 +22,8 @@ def _check(args) -> int:
     from .grading import grade
     from .reports import json_report, text
 
-    report = grade(args.submission, args.exercise, args.world_size, args.backend, args.timeout)
+    # This process computes nothing with torch before the ranks start, so they may fork from it.
+    report = grade(args.submission, args.exercise, args.world_size, args.backend, args.timeout, fork_from_here=True)
     if args.json:
         json_report.write(report, args.json)
     if args.html:

@@ -20,6 +20,7 @@ class RunContext:
     run_dir: Path
     is_notebook: bool
     module_file_name: str
+    fork_from_here: bool  # this process has run no torch computation, so ranks may fork from it
 
     @property
     def workdir(self) -> Path:

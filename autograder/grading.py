@@ -24,7 +24,8 @@ MAX_WORLD_SIZE = 16
 PARTITION_EPOCHS = 6  # epochs drawn in the partition map
 
 
-def _context(sub: submissions.Submission, exercise: str, world_size: int, backend: str, timeout_s: float) -> RunContext:
+def _context(sub: submissions.Submission, exercise: str, world_size: int, backend: str, timeout_s: float,
+             fork_from_here: bool) -> RunContext:
     if exercise not in EXERCISES:
         raise CannotGrade(f"Unknown exercise {exercise!r}.", f"Choose one of: {', '.join(EXERCISES)}.")
     if not 1 <= world_size <= MAX_WORLD_SIZE:
@@ -35,7 +36,8 @@ def _context(sub: submissions.Submission, exercise: str, world_size: int, backen
         raise CannotGrade(f"Unknown backend {backend!r}.", f"Choose one of: {', '.join(backends.BACKENDS)}.")
     resolved, hide_gpus = backends.resolve(backend, world_size)
     run_dir = Path(tempfile.mkdtemp(prefix="ddp-grade-"))
-    return RunContext(exercise, world_size, resolved, hide_gpus, timeout_s, run_dir, sub.is_notebook, sub.module_file_name)
+    return RunContext(exercise, world_size, resolved, hide_gpus, timeout_s, run_dir, sub.is_notebook, sub.module_file_name,
+                      fork_from_here)
 
 
 def _files(folder: Path) -> set[str]:
@@ -60,10 +62,14 @@ def _run(ctx: RunContext, sub: submissions.Submission) -> RunRecords:
 
 
 def grade(path: str | os.PathLike, exercise: str, world_size: int = DEFAULT_WORLD_SIZE, backend: str = "auto",
-          timeout_s: float = DEFAULT_TIMEOUT_S) -> Report:
-    """Grade one submission. Raises CannotGrade when it cannot be graded at all."""
+          timeout_s: float = DEFAULT_TIMEOUT_S, fork_from_here: bool = False) -> Report:
+    """Grade one submission. Raises CannotGrade when it cannot be graded at all.
+
+    fork_from_here: start the ranks by forking this process (fast). Only for
+    a process that has run no torch computation, such as the command line.
+    """
     sub = submissions.load(path)
-    ctx = _context(sub, exercise, world_size, backend, timeout_s)
+    ctx = _context(sub, exercise, world_size, backend, timeout_s, fork_from_here)
     try:
         run = _run(ctx, sub)
         return _report(run, sub, run_checks(run))

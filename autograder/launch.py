@@ -11,7 +11,6 @@ import importlib
 import multiprocessing.connection
 import os
 import signal
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -66,22 +65,22 @@ def _read_stack(path) -> str:
         return ""
 
 
-def start_method(backend: str) -> str:
-    """How to start ranks: as fast as is safe here.
+def start_method(ctx: RunContext) -> str:
+    """How to start ranks: as fast as is safe.
 
-    Forking this process, which has imported torch already, starts a rank in
-    milliseconds. It is safe only while the process has one thread: a child
-    forked after torch's OpenMP pool started hangs in its first parallel op
-    (a grader called from a busy process, such as a test session). Then a
-    fork server, a clean process that imports torch once, forks the ranks.
-    CUDA does not survive a fork at all, so GPU runs spawn.
+    Forking a process that has imported torch starts a rank in milliseconds,
+    but only a process that has run no torch computation may be forked: a
+    child forked after torch's OpenMP pool started hangs in its first
+    parallel op. The caller knows whether this process is such a one (the
+    command line is). Elsewhere a fork server, a clean process that imports
+    torch once, forks the ranks. CUDA does not survive a fork, so GPU runs spawn.
     """
-    if backend == "nccl":
+    if ctx.backend == "nccl":
         return "spawn"
-    # DDP's constructor imports torch._dynamo (about 900 modules, seconds):
-    # once here rather than in every rank.
-    importlib.import_module("torch._dynamo")
-    if threading.active_count() == 1 and len(os.listdir("/proc/self/task")) == 1:
+    if ctx.fork_from_here:
+        # DDP's constructor imports torch._dynamo (about 900 modules, seconds):
+        # once here rather than in every rank.
+        importlib.import_module("torch._dynamo")
         return "fork"
     mp.set_forkserver_preload(["torch", "torch._dynamo", "torch.distributed", "torch.nn.parallel", "autograder.rank"])
     return "forkserver"
@@ -106,7 +105,7 @@ def _rank_spec(ctx: RunContext, captures: list[CappedOutput], method: str) -> Ra
 
 
 def launch(ctx: RunContext) -> LaunchResult:
-    method = start_method(ctx.backend)  # before the output threads exist
+    method = start_method(ctx)
     captures = [CappedOutput(str(ctx.output_path(r))) for r in range(ctx.world_size)]
     started = time.monotonic()
     processes = []

@@ -1,15 +1,21 @@
-"""Checking from a notebook: the grader runs in a child process, so nothing a
-submission does (a crash, os._exit, C++ warnings on stderr, a hang) can reach
-the kernel or its cell output.
+"""Checking from a notebook.
 
     from autograder.notebook import check
     check("linear_regression_ddp.py", exercise="linear_regression")
+
+The grading runs outside the kernel, in a warm grader process
+(autograder.server) started when this module is imported: nothing a
+submission does (a crash, os._exit, C++ warnings on stderr, a hang) can reach
+the kernel or its cell output, and after the first check no time goes into
+starting Python and importing torch again.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
 import tempfile
@@ -20,12 +26,58 @@ from .reports import json_report
 from .verdict import Report
 
 # The grader's own deadline, plus time to start Python and write the report.
-STARTUP_MARGIN_S = 30
+STARTUP_MARGIN_S = 60
 _cache: dict[tuple, Report] = {}
 
 
 class GradingFailed(RuntimeError):
-    """The grader itself could not produce a report (exit status 2)."""
+    """The grader itself could not produce a report."""
+
+
+class _Server:
+    """One warm grader per kernel, restarted if it dies or stops answering."""
+
+    def __init__(self):
+        self.process = subprocess.Popen([sys.executable, "-m", "autograder.server"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                        start_new_session=True)  # its own group, so it can be killed whole
+        self.ready = False
+
+    def _answer(self, timeout_s: float) -> dict:
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout_s)
+        line = self.process.stdout.readline() if ready else ""
+        if not line:
+            self.stop()
+            raise GradingFailed(f"The grader did not answer within {timeout_s:g} s." if not ready else "The grader stopped unexpectedly.")
+        return json.loads(line)
+
+    def grade(self, request: dict, timeout_s: float) -> int:
+        if not self.ready:
+            self._answer(STARTUP_MARGIN_S)  # the "ready" line, once torch is imported
+            self.ready = True
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        return self._answer(timeout_s)["exit"]
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+
+
+_server: _Server | None = None
+
+
+def _running_server() -> _Server:
+    global _server
+    if _server is None or not _server.alive():
+        _server = _Server()
+    return _server
 
 
 def _fingerprint(path: Path) -> str:
@@ -34,31 +86,32 @@ def _fingerprint(path: Path) -> str:
 
 def run(path: str | os.PathLike, exercise: str, world_size: int = DEFAULT_WORLD_SIZE, backend: str = "auto",
         timeout_s: float = DEFAULT_TIMEOUT_S) -> Report:
-    """Grade in a child `python -m autograder check`; the same file and settings are graded once per kernel."""
-    path = Path(path)
-    key = (str(path.resolve()), _fingerprint(path), exercise, world_size, backend, timeout_s)
+    """Grade outside the kernel; the same file content and settings are graded once per kernel."""
+    path = Path(path).resolve()
+    key = (str(path), _fingerprint(path), exercise, world_size, backend, timeout_s)
     if key not in _cache:
-        _cache[key] = _run_child(path, exercise, world_size, backend, timeout_s)
+        _cache[key] = _grade_outside(path, exercise, world_size, backend, timeout_s)
     return _cache[key]
 
 
-def _run_child(path: Path, exercise: str, world_size: int, backend: str, timeout_s: float) -> Report:
+def _grade_outside(path: Path, exercise: str, world_size: int, backend: str, timeout_s: float) -> Report:
     with tempfile.TemporaryDirectory(prefix="ddp-check-") as folder:
         report_path = Path(folder) / "report.json"
-        command = [sys.executable, "-m", "autograder", "check", str(path), "--exercise", exercise,
-                   "--world-size", str(world_size), "--backend", backend, "--timeout", str(timeout_s),
-                   "--json", str(report_path), "--quiet"]
-        try:
-            finished = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s + STARTUP_MARGIN_S,
-                                      stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            raise GradingFailed(f"The grader did not answer within {timeout_s + STARTUP_MARGIN_S:g} s.") from None
+        request = {"path": str(path), "exercise": exercise, "world_size": world_size, "backend": backend,
+                   "timeout_s": timeout_s, "report_path": str(report_path)}
+        _running_server().grade(request, timeout_s + STARTUP_MARGIN_S)
+        error_path = Path(str(report_path) + ".error")
+        if error_path.exists():
+            raise GradingFailed(error_path.read_text())
         if not report_path.exists():
-            raise GradingFailed((finished.stderr or finished.stdout).strip() or f"The grader exited with status {finished.returncode}.")
+            raise GradingFailed("The grader wrote no report.")
         return json_report.from_dict(json.loads(report_path.read_text()))
 
 
 def check(path: str | os.PathLike, exercise: str, world_size: int = DEFAULT_WORLD_SIZE, backend: str = "auto",
           timeout_s: float = DEFAULT_TIMEOUT_S) -> Report:
-    """Check your code and show the report in the cell (the returned Report renders itself)."""
+    """Check your code; the report shows itself when this is the last line of a cell."""
     return run(path, exercise, world_size, backend, timeout_s)
+
+
+_running_server()  # warm up while the student reads the next cell

@@ -86,6 +86,11 @@ class Report:
     def check(self, check_id: str) -> Verdict:
         return next(v for v in self.checks if v.id == check_id)
 
+    def __repr__(self) -> str:
+        # Short: the notebook saves this text beside the HTML.
+        state = "all checks passed" if self.passed else f"{sum(not v.passed for v in self.checks)} check(s) failed"
+        return f"<Report {self.exercise}: {self.score:g}/{self.max_score:g}, {state}{'; ' + self.error if self.error else ''}>"
+
     def _repr_html_(self) -> str:
         """Jupyter shows the report when a cell ends with check(...)."""
         from .reports import html  # lazily: matplotlib is imported only when a report is shown
