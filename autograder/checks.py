@@ -117,7 +117,9 @@ def _no_sampler_used(run: RunRecords) -> Outcome | None:
             if r.all("sampler"):
                 return failed(f"Rank {r.rank} created a DistributedSampler but its DataLoader never drew from it.",
                               "Pass it to the DataLoader: DataLoader(dataset, batch_size=..., sampler=sampler).", r.rank)
-            return failed(f"Rank {r.rank} read its data without a DistributedSampler, so every rank trained on the whole data set.",
+            plain = r.first("plain_sampler_epoch")
+            seen = f" (it read all {len(plain['indices'])} samples in each epoch)" if plain and plain["finished"] else ""
+            return failed(f"Rank {r.rank} read its data without a DistributedSampler, so every rank trained on the whole data set{seen}.",
                           "Give the DataLoader sampler=DistributedSampler(dataset, num_replicas=world_size, rank=rank) "
                           "and drop shuffle=True from the DataLoader.", r.rank)
     return None

@@ -152,8 +152,12 @@ def _details(run: RunRecords) -> dict:
     partition = []
     for r in run.ranks:
         found = training_sampler(r)
-        epochs = [e["indices"] for e in found[1][:PARTITION_EPOCHS]] if found else []
-        partition.append({"rank": r.rank, "epochs": epochs, "dataset_length": found[0]["dataset"]["length"] if found and found[0]["dataset"] else None})
+        if found:
+            epochs, length = found[1], found[0]["dataset"]["length"] if found[0]["dataset"] else None
+        else:  # no DistributedSampler: what the DataLoader's own sampler handed out
+            epochs = r.all("plain_sampler_epoch")
+            length = epochs[0]["length"] if epochs else None
+        partition.append({"rank": r.rank, "epochs": [e["indices"] for e in epochs[:PARTITION_EPOCHS]], "dataset_length": length})
     losses = [{"rank": r.rank, "losses": (r.first("training_end") or {}).get("losses", [])} for r in run.ranks]
     return {"partition": partition, "losses": losses, "weight_spread": weight_spread(run) if run.ranks else []}
 

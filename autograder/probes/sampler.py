@@ -1,10 +1,13 @@
 """Probe: every DistributedSampler's settings, the indices each rank consumed
-per epoch, its set_epoch calls, and a fingerprint of the data set behind it."""
+per epoch, its set_epoch calls, and a fingerprint of the data set behind it.
+Plain samplers (what a DataLoader uses without a DistributedSampler) record
+their indices too, so a report can show every rank reading everything."""
 import functools
 import random
 
 import numpy as np
 import torch
+from torch.utils.data import RandomSampler, SequentialSampler
 from torch.utils.data.distributed import DistributedSampler
 
 from . import fingerprint
@@ -74,16 +77,11 @@ def install(state: RankState) -> None:
             dataset=state.guarded(_dataset_fingerprint, self.dataset),
         )
 
-    @functools.wraps(original_iter)
-    def __iter__(self):
-        epoch, consumed, finished = self.epoch, [], False
-        try:
-            for index in original_iter(self):
-                consumed.append(int(index))
-                yield index
-            finished = True
-        finally:
-            state.record("sampler_epoch", sampler=getattr(self, "_grader_id", -1), epoch=epoch, indices=consumed, finished=finished)
+    DistributedSampler.__iter__ = _recording_iter(state, original_iter, "sampler_epoch",
+                                                  lambda sampler: {"sampler": getattr(sampler, "_grader_id", -1), "epoch": sampler.epoch})
+    for plain in (RandomSampler, SequentialSampler):
+        plain.__iter__ = _recording_iter(state, plain.__iter__, "plain_sampler_epoch",
+                                         lambda sampler: {"sampler_type": type(sampler).__name__, "length": len(sampler.data_source)})
 
     @functools.wraps(original_set_epoch)
     def set_epoch(self, epoch):
@@ -91,5 +89,21 @@ def install(state: RankState) -> None:
         return original_set_epoch(self, epoch)
 
     DistributedSampler.__init__ = __init__
-    DistributedSampler.__iter__ = __iter__
     DistributedSampler.set_epoch = set_epoch
+
+
+def _recording_iter(state: RankState, original_iter, kind: str, describe):
+    """Wrap a sampler's __iter__ to record the indices actually consumed."""
+
+    @functools.wraps(original_iter)
+    def __iter__(self):
+        facts, consumed, finished = state.guarded(describe, self) or {}, [], False
+        try:
+            for index in original_iter(self):
+                consumed.append(int(index))
+                yield index
+            finished = True
+        finally:
+            state.record(kind, indices=consumed, finished=finished, **facts)
+
+    return __iter__

@@ -3,6 +3,7 @@ seen, on which rank, and what to change. Coloured with rich."""
 from __future__ import annotations
 
 from rich.console import Console
+from rich.padding import Padding
 from rich.text import Text
 
 from ..verdict import FAILED, PASSED, Report
@@ -30,9 +31,9 @@ def render(report: Report, console: Console, show_output: bool = False) -> None:
                              (f"{_points(verdict.points)}/{_points(verdict.max_points)}", "dim"))
         console.print(line)
         if verdict.status == FAILED:
-            console.print(Text("      " + verdict.message))
+            console.print(Padding(Text(verdict.message), (0, 0, 0, 6)))
             if verdict.hint:
-                console.print(Text.assemble(("      Hint: ", "bold cyan"), verdict.hint))
+                console.print(Padding(Text.assemble(("Hint: ", "bold cyan"), verdict.hint), (0, 0, 0, 6)))
     console.print(Text.assemble(("\nScore: ", "bold"), f"{_points(report.score)} / {_points(report.max_score)}",
                                 ("   all checks passed" if report.passed else "", "green")))
     for rank in report.ranks:
