@@ -1,0 +1,190 @@
+"""Every check against the catalogue of submissions in tests/submissions/.
+
+Correct submissions pass every check. Each buggy one, the reference with one
+classic mistake, fails exactly the checks its mistake breaks, each with a
+message that names the mistake and a hint that says what to do. The table is
+the test. Where the grader does not give the verdict a teacher would want,
+the row or message says why and is a strict xfail, so it flips when fixed.
+
+Runs use gloo, so the table holds on a machine with GPUs too.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from autograder import grade
+from autograder.checks import CHECKS
+from conftest import SOLUTIONS, SUBMISSIONS, failed_ids
+
+LR, MNIST = "linear_regression", "mnist"
+REFERENCES = {LR: SOLUTIONS / "linear_regression_ddp.py", MNIST: SOLUTIONS / "mnist_ddp.py"}
+
+CPU_RUN = frozenset({"gpu_device"})  # skipped on every CPU run that finished
+WITHOUT_SAMPLER = CPU_RUN | {"same_dataset", "set_epoch"}  # nothing to compare, nothing to reshuffle
+
+
+@dataclass(frozen=True)
+class Says:
+    """What a failed check must say: a piece of its message, and of its hint."""
+
+    message: str
+    hint: str = ""
+    grader_bug: str = ""  # why the grader does not say it yet
+
+
+@dataclass(frozen=True)
+class Case:
+    submission: Path
+    exercise: str
+    world_size: int
+    failed: dict[str, Says]
+    skipped: frozenset[str] = CPU_RUN
+    grader_bug: str = ""  # why the grader's failed set differs from `failed`
+
+    @property
+    def id(self) -> str:
+        return f"{self.exercise}/{self.submission.stem}@{self.world_size}"
+
+
+def case(exercise: str, submission: str, world_size: int = 2, *, skipped=CPU_RUN, grader_bug: str = "",
+         **failed: str | Says) -> Case:
+    path = REFERENCES[exercise] if submission == "reference" else SUBMISSIONS / exercise / f"{submission}.py"
+    says = {check_id: s if isinstance(s, Says) else Says(s) for check_id, s in failed.items()}
+    return Case(path, exercise, world_size, says, frozenset(skipped), grader_bug)
+
+
+def stopped_early(**first_failure: str | Says) -> dict[str, str | Says]:
+    """A run that stopped early fails every check: each one says so, except
+    the first failure, which names the cause."""
+    return {item.id: Says("stopped", hint="Fix the error") for item in CHECKS} | first_failure
+
+
+CLEANUP_AFTER_CRASH = Says("stopped", grader_bug=(
+    "cleanup says 'Rank 0 returned from main without destroying its process group' of a rank that raised "
+    "in init_process_group and never had a group; the other checks say the run stopped early"))
+
+SHARED_NUMPY_STATE = ("ranks are forked from one process, so they share NumPy's global random state: unseeded "
+                      "np.random data are the same on every graded rank, but differ on every rank under mp.spawn "
+                      "or torchrun")
+
+TABLE = [
+    # Correct: every check passes.
+    case(LR, "reference", 1),
+    case(LR, "reference", 2),
+    case(LR, "reference", 3),  # 1000 samples do not divide by 3: the sampler pads
+    case(LR, "reference", 4),
+    case(LR, "seed_per_rank"),
+    case(LR, "no_shuffle", skipped=CPU_RUN | {"set_epoch"}),
+    case(LR, "sampler_default_args"),
+    case(MNIST, "reference", 1),
+    case(MNIST, "reference", 2),
+    case(MNIST, "reference", 3),
+    case(MNIST, "reference", 4),
+
+    # (1) process group
+    case(LR, "hardcoded_world_size", 3, skipped=(), **stopped_early(
+        process_group="world_size=2, but the grader started 3 ranks", cleanup=CLEANUP_AFTER_CRASH)),
+    case(LR, "nccl_on_cpu", skipped=(), **stopped_early(
+        process_group=Says("asked for the nccl backend", hint="gloo", grader_bug=(
+            "process_group's hint for a refused nccl backend is 'Use the rank and world_size that main receives.', "
+            "which is about another mistake; the refusal's own text says what to do")),
+        cleanup=CLEANUP_AFTER_CRASH)),
+
+    # (2) the data
+    case(LR, "no_sampler", skipped=WITHOUT_SAMPLER, distributed_sampler="without a DistributedSampler"),
+    case(LR, "sampler_wrong_rank", distributed_sampler="set up as rank 0 of 1, not rank 0 of 2"),
+    case(LR, "sampler_unused", skipped=WITHOUT_SAMPLER,
+         distributed_sampler=Says("never drew from it", hint="sampler=sampler")),
+    case(LR, "no_set_epoch", set_epoch=Says("set_epoch was never called", hint="sampler.set_epoch(epoch)")),
+    case(LR, "data_seed_is_rank", same_dataset="data differ from rank 0's"),
+    case(LR, "unseeded_data", same_dataset=Says("data differ from rank 0's", grader_bug=SHARED_NUMPY_STATE),
+         grader_bug=SHARED_NUMPY_STATE),
+    case(MNIST, "no_sampler", skipped=WITHOUT_SAMPLER, distributed_sampler="without a DistributedSampler"),
+
+    # (3) the model
+    case(LR, "no_ddp", skipped=WITHOUT_SAMPLER,  # same seed, same shuffle: the copies happen to stay equal
+         distributed_sampler="without a DistributedSampler", ddp_wrapped="not wrapped in DistributedDataParallel"),
+    case(LR, "no_ddp_with_sampler",
+         ddp_wrapped="not wrapped in DistributedDataParallel", weights_in_sync="weights differ"),
+    case(LR, "ddp_module_forward",
+         ddp_wrapped=Says("never called the wrapper", hint="pred = model(x)"), weights_in_sync="weights differ"),
+    case(LR, "optimizer_on_other_model",
+         ddp_wrapped="2 of the 2 parameters the optimizer updates are not in the DDP model",
+         training="weights did not change"),
+    case(LR, "no_optimizer_step", training="never called optimizer.step()", grader_bug=(
+         "one missing optimizer.step() costs 5 points: ddp_wrapped also fails ('wrapped a model but never took an "
+         "optimizer step') though the model is wrapped and called, and weights_in_sync fails ('No rank trained') "
+         "though the weights are equal on every rank")),
+    case(LR, "zero_learning_rate", training=Says("weights did not change", hint="learning rate")),
+
+    # (4) rank 0 writes
+    case(LR, "all_ranks_save", rank0_checkpoint="Rank 1 also saved a checkpoint"),
+    case(LR, "per_rank_checkpoints", rank0_checkpoint="Rank 1 also saved a checkpoint (linear_regression_rank1.pt)"),
+    case(LR, "no_checkpoint", rank0_checkpoint="No checkpoint was saved", checkpoint_loadable="saved no checkpoint"),
+    case(LR, "module_prefix", checkpoint_loadable=Says("start with 'module.'", hint="model.module.state_dict()")),
+    case(LR, "whole_model_saved", checkpoint_loadable=Says("whole model object", hint="state_dict()")),
+    case(MNIST, "module_prefix", checkpoint_loadable=Says("start with 'module.'", hint="model.module.state_dict()")),
+    case(LR, "all_ranks_print", rank0_logs=Says("the training log appears 2 times", hint="if rank == 0")),
+    case(LR, "log_file_every_rank", rank0_logs=Says("Rank 1 wrote training.log", hint="if rank == 0")),
+
+    # (5) clean up
+    case(LR, "no_destroy", cleanup=Says("without destroying its process group", hint="dist.destroy_process_group()")),
+]
+
+
+def strict_xfail(reason: str):
+    return (pytest.mark.xfail(reason=f"grader bug: {reason}", strict=True),) if reason else ()
+
+
+CASES = [pytest.param(row, id=row.id) for row in TABLE]
+VERDICTS = [pytest.param(row, id=row.id, marks=strict_xfail(row.grader_bug)) for row in TABLE]
+MESSAGES = [pytest.param(row, check_id, says, id=f"{row.id}-{check_id}", marks=strict_xfail(says.grader_bug))
+            for row in TABLE for check_id, says in row.failed.items()]
+
+
+@pytest.fixture(scope="module")
+def graded():
+    """Grade each submission once (at one world size) for all the tests that look at it."""
+    reports = {}
+
+    def report(row: Case):
+        key = (row.submission, row.exercise, row.world_size)
+        if key not in reports:
+            reports[key] = grade(row.submission, row.exercise, world_size=row.world_size, backend="gloo")
+        return reports[key]
+
+    return report
+
+
+def not_passed(report) -> dict[str, str]:
+    return {v.id: f"{v.status}: {v.message}" for v in report.checks if v.status != "passed"}
+
+
+@pytest.mark.parametrize("row", VERDICTS)
+def test_fails_exactly_the_checks_its_mistake_breaks(graded, row, no_leftover_ranks):
+    report = graded(row)
+    assert failed_ids(report) == set(row.failed), not_passed(report)
+    assert {v.id for v in report.checks if v.status == "skipped"} == row.skipped, not_passed(report)
+    if not row.failed:
+        assert report.passed and report.error is None, report.error
+        assert report.score == report.max_score
+
+
+@pytest.mark.parametrize("row, check_id, says", MESSAGES)
+def test_each_failure_names_the_mistake(graded, row, check_id, says, no_leftover_ranks):
+    verdict = graded(row).check(check_id)
+    assert verdict.status == "failed", verdict.message
+    assert says.message in verdict.message
+    assert says.hint in verdict.hint
+
+
+@pytest.mark.parametrize("row", CASES)
+def test_failed_checks_cost_their_points_and_give_a_hint(graded, row, no_leftover_ranks):
+    report = graded(row)
+    failed = [v for v in report.checks if v.status == "failed"]
+    assert report.score == report.max_score - sum(v.max_points for v in failed)
+    assert all(v.points == 0 for v in failed)
+    assert [v.id for v in failed if not v.hint.strip()] == []
