@@ -22,7 +22,7 @@ class CappedOutput:
         self._hold_fd = os.open(fifo_path, os.O_WRONLY)
         os.set_blocking(self._read_fd, True)
         self._head_bytes, self._tail_bytes = head_bytes, tail_bytes
-        self.head, self.tail, self.total_bytes, self.total_lines = bytearray(), bytearray(), 0, 0
+        self.head, self.tail, self.total_bytes = bytearray(), bytearray(), 0
         self._thread = threading.Thread(target=self._drain, name=f"output-{os.path.basename(fifo_path)}", daemon=True)
 
     @property
@@ -35,7 +35,6 @@ class CappedOutput:
     def _drain(self) -> None:
         while chunk := os.read(self._read_fd, 1 << 16):
             self.total_bytes += len(chunk)
-            self.total_lines += chunk.count(b"\n")
             room = self._head_bytes - len(self.head)
             if room > 0:
                 self.head += chunk[:room]

@@ -44,8 +44,7 @@ def run_checks(run: RunRecords) -> list[Verdict]:
         outcome = _not_runnable(run) or item.judge(run)
         if outcome.status == SKIPPED and not run.all_finished:
             # Fail closed: "does not apply" is only known of a run that finished.
-            outcome = failed(f"Not checked: the run stopped early. ({outcome.message})",
-                             "Fix the error reported above, then check again.")
+            outcome = failed("Not checked: the run stopped early.", "Fix the error reported above, then check again.")
         earned = 0.0 if outcome.status == FAILED else item.points
         verdicts.append(Verdict(item.id, item.title, outcome.status, earned, item.points, outcome.message, outcome.hint, outcome.rank))
     return verdicts
@@ -73,14 +72,15 @@ def _ranks_text(ranks) -> str:
 
 @check("process_group", "Process group created", 2)
 def process_group(run: RunRecords) -> Outcome:
-    for r in run.ranks:
+    # A refused call is the cause; a rank stopped before its own call is only a consequence.
+    for r in sorted(run.ranks, key=lambda r: r.first("init_refused") is None):
         calls = r.all("init_process_group")
         if not calls:
             return failed(f"Rank {r.rank} never called init_process_group ({run.why_not_reached(r.rank)}).",
                           "Call dist.init_process_group(backend, rank=rank, world_size=world_size) at the start of main.", r.rank)
         refused = r.first("init_refused")
         if refused is not None:
-            return failed(f"Rank {r.rank}: {refused['reason']}", "Use the rank and world_size that main receives.", r.rank)
+            return failed(f"Rank {r.rank}: {refused['reason']}", refused["hint"], r.rank)
         if len(calls) > 1:
             return failed(f"Rank {r.rank} called init_process_group {len(calls)} times.",
                           "Create the process group once per rank, at the start of main.", r.rank)
@@ -219,11 +219,9 @@ def ddp_wrapped(run: RunRecords) -> Outcome:
             return failed(f"Rank {r.rank} trained a model that is not wrapped in DistributedDataParallel, so its gradients were never averaged.",
                           "Wrap the model after moving it to its device: model = DDP(model, device_ids=[rank]) on a GPU, DDP(model) on the CPU.", r.rank)
         step = r.first("first_step")
-        if step is None:
-            if not run.all_finished:
-                return _cannot_confirm(run, "that the wrapped model was trained")
-            return failed(f"Rank {r.rank} wrapped a model but never took an optimizer step.", "Train the wrapped model: optimizer.step() after loss.backward().", r.rank)
-        if step["parameters_in_ddp"] < step["parameters"]:
+        if step is None and not run.all_finished:
+            return _cannot_confirm(run, "that the wrapped model was trained")
+        if step is not None and step["parameters_in_ddp"] < step["parameters"]:
             return failed(f"On rank {r.rank}, {step['parameters'] - step['parameters_in_ddp']} of the {step['parameters']} parameters the optimizer updates are not in the DDP model.",
                           "Build the optimizer from the wrapped model: optimizer = SGD(model.parameters(), ...) after model = DDP(model).", r.rank)
         forwards = r.first("ddp_forward_calls")
@@ -251,8 +249,9 @@ def weights_in_sync(run: RunRecords) -> Outcome:
     if not run.all_finished:
         return _cannot_confirm(run, "that the weights stayed equal")
     ends = [r.first("training_end") for r in run.ranks]
-    if any(e is None or e["fingerprint"] is None for e in ends):
-        return failed("No rank trained, so there are no weights to compare.", "Train the model with an optimizer.")
+    if any(e["fingerprint"] is None for e in ends):
+        return failed("No model was trained or wrapped in DDP, so there are no weights to compare.",
+                      "Wrap the model in DDP and train it with an optimizer.")
     for step, spread in weight_spread(run):
         if spread > SYNC_TOLERANCE:
             return failed(f"After step {step} the ranks' weights differ (relative difference {spread:.1e}): each rank trained its own copy.",
@@ -261,7 +260,8 @@ def weights_in_sync(run: RunRecords) -> Outcome:
     if final > SYNC_TOLERANCE:
         return failed(f"After training the ranks' weights differ (relative difference {final:.1e}).",
                       "Let every rank take the same number of steps with the DDP model.")
-    return passed(f"After {ends[0]['steps']} steps the weights are the same on all {run.world_size} ranks.")
+    steps = ends[0]["steps"]
+    return passed(f"After {steps} step{'s' if steps != 1 else ''} the weights are the same on all {run.world_size} ranks.")
 
 
 @check("training", "The model trained", 1)
@@ -304,7 +304,9 @@ def rank0_checkpoint(run: RunRecords) -> Outcome:
     others = {rank: paths for rank, paths in written.items() if rank != 0 and paths}
     if others:
         rank, paths = next(iter(others.items()))
-        return failed(f"Rank {rank} also saved a checkpoint ({os.path.basename(paths[0])}); every rank wrote the same file.",
+        shared = paths[0] in written.get(0, [])
+        return failed(f"Rank {rank} also saved a checkpoint ({os.path.basename(paths[0])})"
+                      f"{': every rank wrote the same file' if shared else ''}.",
                       "Save from one rank only: put torch.save(...) under `if rank == 0:`.", rank)
     if not run.all_finished:
         return _cannot_confirm(run, "who saved checkpoints")
@@ -336,8 +338,10 @@ def checkpoint_loadable(run: RunRecords) -> Outcome:
                   "Save model.module.state_dict(), alone or in a dict such as {'model_state_dict': ...}.", 0)
 
 
-def _line_count(r: RankRecords) -> int:
-    return r.outcome.output_lines if r.outcome else 0
+def _printed_lines(r: RankRecords) -> int:
+    """Lines the rank's Python code printed (warnings from C++ or on stderr don't count)."""
+    done = r.first("rank_done")
+    return done["printed_lines"] if done else 0
 
 
 @check("rank0_logs", "Only rank 0 writes logs", 1)
@@ -351,10 +355,11 @@ def rank0_logs(run: RunRecords) -> Outcome:
                           "Write log files from rank 0 only: `if rank == 0:`.", r.rank)
     # Other ranks may say a word ("done"); printing about as much as rank 0
     # means the whole training log is repeated by every rank.
-    lead = _line_count(run.ranks[0])
+    lead = _printed_lines(run.ranks[0])
     for r in run.ranks[1:]:
-        if lead >= 3 and _line_count(r) >= lead / 2:
-            return failed(f"Rank {r.rank} printed {_line_count(r)} lines, as many as rank 0's {lead}: the training log appears {run.world_size} times.",
+        if lead >= 3 and _printed_lines(r) >= lead / 2:
+            return failed(f"Rank {r.rank} printed {_printed_lines(r)} lines, about as many as rank 0's {lead}: "
+                          f"the training log appears {run.world_size} times.",
                           "Print progress only on rank 0: `if rank == 0: print(...)`.", r.rank)
     return passed("Logs came from rank 0 only.")
 
@@ -363,11 +368,11 @@ def rank0_logs(run: RunRecords) -> Outcome:
 
 @check("cleanup", "Process group destroyed", 1)
 def cleanup(run: RunRecords) -> Outcome:
+    if not run.all_finished:
+        return _cannot_confirm(run, "that the process group was destroyed")
     for r in run.ranks:
         end = r.first("rank_end")
         destroyed = any(e["default_group"] for e in r.all("destroy_process_group"))
-        if end is None:
-            return _cannot_confirm(run, "that the process group was destroyed")
         if not destroyed or end["process_group_still_initialized"]:
             return failed(f"Rank {r.rank} returned from main without destroying its process group.",
                           "Call dist.destroy_process_group() at the end of main, in a `finally:` block so it runs after an error too.", r.rank)

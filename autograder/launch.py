@@ -32,7 +32,6 @@ class RankOutcome:
     status: str
     output: str = ""
     output_bytes: int = 0
-    output_lines: int = 0
     stack: str = ""
     exited_at: float | None = None  # wall clock, when the launcher saw it exit
 
@@ -144,7 +143,7 @@ def launch(ctx: RunContext) -> LaunchResult:
         else:
             status = "finished" if code == 0 else "failed"
         capture = captures[rank]
-        outcomes.append(RankOutcome(rank, code, status, capture.text(), capture.total_bytes, capture.total_lines,
+        outcomes.append(RankOutcome(rank, code, status, capture.text(), capture.total_bytes,
                                     _read_stack(ctx.stack_path(rank)), exit_times.get(rank)))
     return LaunchResult(outcomes, duration, first_failure, hung)
 

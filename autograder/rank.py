@@ -54,14 +54,34 @@ def _isolate(spec: RankSpec) -> None:
             pass
 
 
-def _redirect_output(path: str) -> None:
+class _CountingStdout(io.TextIOWrapper):
+    """sys.stdout that counts the lines the student's code prints (the log),
+    as opposed to warnings on stderr or from C++."""
+
+    lines = 0
+
+    def write(self, text: str) -> int:
+        self.lines += text.count("\n")
+        return super().write(text)
+
+
+def _redirect_output(path: str) -> _CountingStdout:
     """Both fds 1 and 2 go to the grader's pipe: C++ warnings too."""
     fd = os.open(path, os.O_WRONLY)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=True, errors="replace")
+    sys.stdout = _CountingStdout(io.FileIO(1, "w", closefd=False), line_buffering=True, errors="replace")
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True, errors="replace")
+    return sys.stdout
+
+
+def _fresh_numpy_seed() -> None:
+    """A forked rank inherits NumPy's random state; a process of the student's
+    own mp.spawn would get a fresh one. Python's random reseeds itself on fork."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
 
 
 def _import_submission(spec: RankSpec):
@@ -109,7 +129,8 @@ def _record_error(state: RankState, error: BaseException, phase: str, spec: Rank
 
 def run_rank(rank: int, spec: RankSpec) -> None:
     _isolate(spec)
-    _redirect_output(spec.output_paths[rank])
+    _fresh_numpy_seed()
+    stdout = _redirect_output(spec.output_paths[rank])
     stack_file = open(spec.stack_paths[rank], "w")
     faulthandler.enable(stack_file)  # a segfault still leaves a stack
     faulthandler.register(STACK_SIGNAL, stack_file, all_threads=False)
@@ -139,7 +160,7 @@ def run_rank(rank: int, spec: RankSpec) -> None:
         _record_error(state, error, phase, spec)
     finally:
         probes.finish(state)
-        state.record("rank_done", failed=failed)
+        state.record("rank_done", failed=failed, printed_lines=stdout.lines)
         state.close()
         sys.stdout.flush()
         sys.stderr.flush()

@@ -3,8 +3,7 @@
 Correct submissions pass every check. Each buggy one, the reference with one
 classic mistake, fails exactly the checks its mistake breaks, each with a
 message that names the mistake and a hint that says what to do. The table is
-the test. Where the grader does not give the verdict a teacher would want,
-the row or message says why and is a strict xfail, so it flips when fixed.
+the test.
 
 Runs use gloo, so the table holds on a machine with GPUs too.
 """
@@ -32,7 +31,6 @@ class Says:
 
     message: str
     hint: str = ""
-    grader_bug: str = ""  # why the grader does not say it yet
 
 
 @dataclass(frozen=True)
@@ -42,18 +40,16 @@ class Case:
     world_size: int
     failed: dict[str, Says]
     skipped: frozenset[str] = CPU_RUN
-    grader_bug: str = ""  # why the grader's failed set differs from `failed`
 
     @property
     def id(self) -> str:
         return f"{self.exercise}/{self.submission.stem}@{self.world_size}"
 
 
-def case(exercise: str, submission: str, world_size: int = 2, *, skipped=CPU_RUN, grader_bug: str = "",
-         **failed: str | Says) -> Case:
+def case(exercise: str, submission: str, world_size: int = 2, *, skipped=CPU_RUN, **failed: str | Says) -> Case:
     path = REFERENCES[exercise] if submission == "reference" else SUBMISSIONS / exercise / f"{submission}.py"
     says = {check_id: s if isinstance(s, Says) else Says(s) for check_id, s in failed.items()}
-    return Case(path, exercise, world_size, says, frozenset(skipped), grader_bug)
+    return Case(path, exercise, world_size, says, frozenset(skipped))
 
 
 def stopped_early(**first_failure: str | Says) -> dict[str, str | Says]:
@@ -61,14 +57,6 @@ def stopped_early(**first_failure: str | Says) -> dict[str, str | Says]:
     the first failure, which names the cause."""
     return {item.id: Says("stopped", hint="Fix the error") for item in CHECKS} | first_failure
 
-
-CLEANUP_AFTER_CRASH = Says("stopped", grader_bug=(
-    "cleanup says 'Rank 0 returned from main without destroying its process group' of a rank that raised "
-    "in init_process_group and never had a group; the other checks say the run stopped early"))
-
-SHARED_NUMPY_STATE = ("ranks are forked from one process, so they share NumPy's global random state: unseeded "
-                      "np.random data are the same on every graded rank, but differ on every rank under mp.spawn "
-                      "or torchrun")
 
 TABLE = [
     # Correct: every check passes.
@@ -86,12 +74,9 @@ TABLE = [
 
     # (1) process group
     case(LR, "hardcoded_world_size", 3, skipped=(), **stopped_early(
-        process_group="world_size=2, but the grader started 3 ranks", cleanup=CLEANUP_AFTER_CRASH)),
+        process_group="world_size=2, but the grader started 3 ranks")),
     case(LR, "nccl_on_cpu", skipped=(), **stopped_early(
-        process_group=Says("asked for the nccl backend", hint="gloo", grader_bug=(
-            "process_group's hint for a refused nccl backend is 'Use the rank and world_size that main receives.', "
-            "which is about another mistake; the refusal's own text says what to do")),
-        cleanup=CLEANUP_AFTER_CRASH)),
+        process_group=Says("asked for the nccl backend", hint="'nccl' if torch.cuda.is_available() else 'gloo'"))),
 
     # (2) the data
     case(LR, "no_sampler", skipped=WITHOUT_SAMPLER, distributed_sampler="without a DistributedSampler"),
@@ -100,8 +85,7 @@ TABLE = [
          distributed_sampler=Says("never drew from it", hint="sampler=sampler")),
     case(LR, "no_set_epoch", set_epoch=Says("set_epoch was never called", hint="sampler.set_epoch(epoch)")),
     case(LR, "data_seed_is_rank", same_dataset="data differ from rank 0's"),
-    case(LR, "unseeded_data", same_dataset=Says("data differ from rank 0's", grader_bug=SHARED_NUMPY_STATE),
-         grader_bug=SHARED_NUMPY_STATE),
+    case(LR, "unseeded_data", same_dataset="data differ from rank 0's"),
     case(MNIST, "no_sampler", skipped=WITHOUT_SAMPLER, distributed_sampler="without a DistributedSampler"),
 
     # (3) the model
@@ -114,10 +98,7 @@ TABLE = [
     case(LR, "optimizer_on_other_model",
          ddp_wrapped="2 of the 2 parameters the optimizer updates are not in the DDP model",
          training="weights did not change"),
-    case(LR, "no_optimizer_step", training="never called optimizer.step()", grader_bug=(
-         "one missing optimizer.step() costs 5 points: ddp_wrapped also fails ('wrapped a model but never took an "
-         "optimizer step') though the model is wrapped and called, and weights_in_sync fails ('No rank trained') "
-         "though the weights are equal on every rank")),
+    case(LR, "no_optimizer_step", training="never called optimizer.step()"),
     case(LR, "zero_learning_rate", training=Says("weights did not change", hint="learning rate")),
 
     # (4) rank 0 writes
@@ -135,14 +116,8 @@ TABLE = [
 ]
 
 
-def strict_xfail(reason: str):
-    return (pytest.mark.xfail(reason=f"grader bug: {reason}", strict=True),) if reason else ()
-
-
 CASES = [pytest.param(row, id=row.id) for row in TABLE]
-VERDICTS = [pytest.param(row, id=row.id, marks=strict_xfail(row.grader_bug)) for row in TABLE]
-MESSAGES = [pytest.param(row, check_id, says, id=f"{row.id}-{check_id}", marks=strict_xfail(says.grader_bug))
-            for row in TABLE for check_id, says in row.failed.items()]
+MESSAGES = [pytest.param(row, check_id, says, id=f"{row.id}-{check_id}") for row in TABLE for check_id, says in row.failed.items()]
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +138,7 @@ def not_passed(report) -> dict[str, str]:
     return {v.id: f"{v.status}: {v.message}" for v in report.checks if v.status != "passed"}
 
 
-@pytest.mark.parametrize("row", VERDICTS)
+@pytest.mark.parametrize("row", CASES)
 def test_fails_exactly_the_checks_its_mistake_breaks(graded, row, no_leftover_ranks):
     report = graded(row)
     assert failed_ids(report) == set(row.failed), not_passed(report)

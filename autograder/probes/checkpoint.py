@@ -103,7 +103,10 @@ def _load_back(state: RankState) -> dict:
     if model is None:
         return {"path": target, "ok": False, "problem": "no_model"}
     if target and os.path.exists(target):  # judge the file as it is on disk
-        saved_state = find_model_state(torch.load(target, map_location="cpu", weights_only=False))
+        try:
+            saved_state = find_model_state(torch.load(target, map_location="cpu", weights_only=False))
+        except Exception:  # another rank may be writing the same file right now
+            pass
     if saved_state is None:
         return {"path": target, "ok": False, "problem": "no_model_state"}
     try:

@@ -27,19 +27,19 @@ def _backend_names(backend) -> set[str]:
 def _refuse_impossible(state: RankState, backend, world_size: int, rank: int) -> None:
     if world_size not in (-1, None) and world_size != state.world_size:
         raise StudentError(
-            f"init_process_group was called with world_size={world_size}, but the grader started "
-            f"{state.world_size} ranks. Pass on the world_size that main(rank, world_size) receives."
+            f"init_process_group was called with world_size={world_size}, but the grader started {state.world_size} ranks.",
+            "Pass on the world_size that main(rank, world_size) receives instead of a fixed number.",
         )
     if rank not in (-1, None) and rank != state.rank:
         raise StudentError(
-            f"init_process_group was called with rank={rank} in the process of rank {state.rank}. "
-            "Pass on the rank that main(rank, world_size) receives."
+            f"init_process_group was called with rank={rank} in the process of rank {state.rank}.",
+            "Pass on the rank that main(rank, world_size) receives.",
         )
     if "nccl" in _backend_names(backend) and state.backend != "nccl":
         raise StudentError(
             "init_process_group asked for the nccl backend, but this run has no GPU for each rank "
-            "(it runs on the CPU with gloo). Pick the backend from the hardware: "
-            "'nccl' if torch.cuda.is_available() else 'gloo'."
+            "(it runs on the CPU with gloo).",
+            "Pick the backend from the hardware: 'nccl' if torch.cuda.is_available() else 'gloo'.",
         )
 
 
@@ -65,7 +65,7 @@ def install(state: RankState) -> None:
         try:
             _refuse_impossible(state, asked["backend"], asked["world_size"], asked["rank"])
         except StudentError as refusal:
-            state.record("init_refused", reason=str(refusal))
+            state.record("init_refused", reason=refusal.message, hint=refusal.hint)
             raise
         store = dist.FileStore(state.store_path, state.world_size)
         original_init(

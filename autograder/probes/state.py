@@ -11,8 +11,12 @@ from typing import Any, Callable
 class StudentError(Exception):
     """Raised into student code when a call cannot work under the grader.
 
-    Its message is written for the student and ends up in the report.
+    Its message and hint are written for the student and end up in the report.
     """
+
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(f"{message} {hint}".strip())
+        self.message, self.hint = message, hint
 
 
 @dataclass

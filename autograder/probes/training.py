@@ -60,4 +60,6 @@ def install(state: RankState) -> None:
 def finish(state: RankState) -> None:
     losses = state.extras.get("losses", [])
     params = state.extras.get("trained", {}).get("params")
+    if not params and ddp.last_wrapped_module(state) is not None:  # nothing stepped: compare the DDP model
+        params = list(ddp.last_wrapped_module(state).parameters())
     state.record("training_end", steps=state.steps, losses=losses, fingerprint=fingerprint.parameters(params) if params else None)

@@ -1,0 +1,229 @@
+"""`python -m autograder demo`: grade the bundled sample students with the real nbgrader pipeline.
+
+In a temporary copy of the course (nbgrader_config.py and source/) it runs the
+commands an instructor runs:
+
+    nbgrader db student add <student> ...      for each sample student
+    nbgrader db assignment add <assignment>    ddp_intro, linear_regression, mnist_ddp
+    nbgrader generate_assignment <assignment>
+    (the students' notebooks go into submitted/<student>/<assignment>/)
+    nbgrader autograde <assignment>
+    nbgrader generate_feedback <assignment>
+
+then prints the gradebook's scores (student x assignment) and, for every point
+lost, the grade cell and the autograder's explanation.
+
+A sample student is a folder tests/samples/<student>/<assignment>/ of answers.
+Their notebook is the released notebook with each answer put in its cell: a
+file named like a `%%writefile NAME` cell fills that cell's body, a file
+named <grade_id>.py replaces the solution cell with that grade id. A cell
+without an answer keeps its stub, so a student with no answers submits the
+release untouched.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]  # the course directory (a checkout of the repository)
+SAMPLES = ROOT / "tests" / "samples"
+ASSIGNMENTS = ("ddp_intro", "linear_regression", "mnist_ddp")
+STUDENTS = {  # id: (first name, last name, what the sample shows)
+    "ada": ("Ada", "Sample", "all right"),
+    "brook": ("Brook", "Sample", "classic mistakes"),
+    "cy": ("Cy", "Sample", "blank release"),
+}
+# What running the source notebooks in place can leave next to them; never part of the course copy.
+GENERATED = (".ipynb_checkpoints", "__pycache__", "*.pyc", "data", "*.pt", "linear_regression_ddp.py", "mnist_ddp.py",
+             "allreduce_demo.py")
+
+
+class CommandFailed(RuntimeError):
+    pass
+
+
+def copy_course(dest: Path, root: Path = ROOT) -> Path:
+    """A fresh course directory: the nbgrader config and the source notebooks."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(root / "nbgrader_config.py", dest / "nbgrader_config.py")
+    shutil.copytree(root / "source", dest / "source", ignore=shutil.ignore_patterns(*GENERATED))
+    return dest
+
+
+def nbgrader_env() -> dict[str, str]:
+    """nbgrader shells out to `alembic`: put this Python's bin folder first on PATH."""
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def nbgrader(course: Path, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
+    """Run one nbgrader command in the course directory; raise CommandFailed with its log if it fails."""
+    command = [sys.executable, "-m", "nbgrader", *args]
+    done = subprocess.run(command, cwd=course, env=nbgrader_env(), capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        log = (done.stdout + done.stderr).strip().splitlines()
+        raise CommandFailed(f"`nbgrader {' '.join(args)}` exited with status {done.returncode}:\n" + "\n".join(log[-40:]))
+    return done
+
+
+def fill_notebook(notebook_path: Path, answers: Path | None):
+    """The released notebook with a student's answers put in (see the module docstring)."""
+    import nbformat
+
+    notebook = nbformat.read(notebook_path, as_version=4)
+    if answers is None or not answers.is_dir():
+        return notebook
+    for cell in notebook.cells:
+        info = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "code" or not info.get("solution"):
+            continue
+        first, _, _ = cell.source.partition("\n")
+        if first.startswith("%%writefile"):
+            program = answers / first.split()[-1]
+            if program.is_file():
+                cell.source = first + "\n" + program.read_text().rstrip("\n")
+                continue
+        answer = answers / f"{info.get('grade_id')}.py"
+        if answer.is_file():
+            cell.source = answer.read_text().rstrip("\n")
+    return notebook
+
+
+def submit(course: Path, student: str, assignment: str, answers: Path | None) -> None:
+    """What a student hands in: their copy of the released folder, notebooks filled in."""
+    import nbformat
+
+    release, target = course / "release" / assignment, course / "submitted" / student / assignment
+    shutil.copytree(release, target, dirs_exist_ok=True)
+    for notebook in release.glob("*.ipynb"):
+        nbformat.write(fill_notebook(notebook, answers), target / notebook.name)
+
+
+def gradebook_scores(course: Path, students, assignments) -> dict[tuple[str, str], tuple[float | None, float]]:
+    from nbgrader.api import Gradebook, MissingEntry
+
+    scores = {}
+    with Gradebook("sqlite:///" + str(course / "gradebook.db"), "ddp-course") as gb:
+        for student in students:
+            for assignment in assignments:
+                try:
+                    submission = gb.find_submission(assignment, student)
+                    scores[student, assignment] = (submission.score, submission.max_score)
+                except MissingEntry:
+                    scores[student, assignment] = (None, gb.find_assignment(assignment).max_score)
+    return scores
+
+
+def lost_points(course: Path, student: str, assignment: str) -> list[tuple[str, float, str]]:
+    """(grade cell, points lost, its error without the hint) for each grade cell that lost points."""
+    import nbformat
+    from nbgrader.api import Gradebook
+
+    lost = []
+    with Gradebook("sqlite:///" + str(course / "gradebook.db"), "ddp-course") as gb:
+        submission = gb.find_submission(assignment, student)
+        for notebook in submission.notebooks:
+            path = course / "autograded" / student / assignment / f"{notebook.name}.ipynb"
+            errors = {}
+            if path.is_file():
+                for cell in nbformat.read(path, as_version=4).cells:
+                    for output in cell.get("outputs", []):
+                        if output.output_type == "error":
+                            lines = str(output.get("evalue") or "").strip().splitlines()
+                            why = " ".join(line for line in lines if not line.startswith("Hint:"))
+                            why = re.sub(r"^.*?\(checked with \d+ ranks?\):?\s*", "", why)  # the cell names the check
+                            errors[cell.metadata.get("nbgrader", {}).get("grade_id")] = why or output.get("ename", "")
+            for grade in notebook.grades:
+                if grade.score is not None and grade.score < grade.max_score:
+                    lost.append((grade.name, grade.max_score - grade.score, errors.get(grade.name, "")))
+    return lost
+
+
+def _points(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def run_demo(keep: bool = False) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    if not (ROOT / "nbgrader_config.py").is_file() or not SAMPLES.is_dir():
+        console.print(f"[bold red]The demo needs the course repository[/] (nbgrader_config.py, source/, tests/samples/); "
+                      f"not found under {ROOT}.")
+        return 1
+    course = Path(tempfile.mkdtemp(prefix="ddp-course-demo-"))
+    started = time.monotonic()
+
+    def step(text: str, *args: str) -> None:
+        t0 = time.monotonic()
+        with console.status(text):
+            nbgrader(course, *args)
+        console.print(f"  {text} [dim]({time.monotonic() - t0:.0f} s)[/]")
+
+    try:
+        console.print(f"[bold]ddp-course demo[/]: grading {len(STUDENTS)} sample students with nbgrader in {course}")
+        copy_course(course)
+        for student, (first, last, _) in STUDENTS.items():
+            step(f"nbgrader db student add {student}", "db", "student", "add", student, f"--first-name={first}", f"--last-name={last}")
+        for assignment in ASSIGNMENTS:
+            step(f"nbgrader db assignment add {assignment}", "db", "assignment", "add", assignment)
+            step(f"nbgrader generate_assignment {assignment}", "generate_assignment", assignment, "--force")
+        for student in STUDENTS:
+            for assignment in ASSIGNMENTS:
+                submit(course, student, assignment, SAMPLES / student / assignment)
+        console.print(f"  {len(STUDENTS) * len(ASSIGNMENTS)} notebooks put into submitted/ from {SAMPLES.relative_to(ROOT)}/")
+        for assignment in ASSIGNMENTS:
+            step(f"nbgrader autograde {assignment}", "autograde", assignment)
+        for assignment in ASSIGNMENTS:
+            step(f"nbgrader generate_feedback {assignment}", "generate_feedback", assignment)
+
+        scores = gradebook_scores(course, STUDENTS, ASSIGNMENTS)
+        table = Table(title="Grades (from nbgrader's gradebook)", title_justify="left")
+        table.add_column("Student")
+        table.add_column("Sample")
+        for assignment in ASSIGNMENTS:
+            table.add_column(assignment, justify="right")
+        table.add_column("Total", justify="right", style="bold")
+        for student, (_, _, what) in STUDENTS.items():
+            row = [f"{_points(scores[student, a][0])}/{_points(scores[student, a][1])}" for a in ASSIGNMENTS]
+            total = sum(scores[student, a][0] or 0 for a in ASSIGNMENTS)
+            maximum = sum(scores[student, a][1] for a in ASSIGNMENTS)
+            table.add_row(student, what, *row, f"{_points(total)}/{_points(maximum)}")
+        console.print()
+        console.print(table)
+
+        blank = [s for s in STUDENTS if all(scores[s, a][0] == 0 for a in ASSIGNMENTS)]
+        console.print("\n[bold]Where the points went[/] (each student's feedback HTML explains the same):")
+        for student in STUDENTS:
+            if student in blank:
+                continue
+            for assignment in ASSIGNMENTS:
+                for cell, points, why in lost_points(course, student, assignment):
+                    console.print(f"  {student} · {assignment} · {cell} [red](-{_points(points)})[/]")
+                    console.print(f"      {escape(why)}", style="dim")
+        if blank:
+            console.print(f"{', '.join(blank)}: 0 points everywhere (every grade cell failed: the stubs raise NotImplementedError).")
+        console.print(f"\nDone in {time.monotonic() - started:.0f} s.")
+        if keep:
+            console.print(f"Course folder kept: {course}\n  feedback: {course / 'feedback'}/<student>/<assignment>/*.html")
+        return 0
+    except (CommandFailed, subprocess.TimeoutExpired) as error:
+        console.print(f"[bold red]The demo failed:[/] {error}")
+        if keep:
+            console.print(f"Course folder kept: {course}")
+        return 1
+    finally:
+        if not keep:
+            shutil.rmtree(course, ignore_errors=True)
