@@ -26,15 +26,14 @@ import hashlib
 import os
 from pathlib import Path
 
-from .checks import CHECKS
 from .context import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE
 from .verdict import FAILED
 
-# Every check except gpu_device: on a CPU-only grading machine that check is
-# always skipped (skipped = full points), so a cell for it would give a point
-# to every notebook, blank ones included, and the total would depend on the
-# machine. check() still shows it to students who run on GPUs.
-GRADED_CHECKS = tuple(c.id for c in CHECKS if c.id != "gpu_device")
+# Not graded: gpu_device. On a CPU-only grading machine it is always skipped
+# (skipped = full points), so a cell for it would give a point to every
+# notebook, blank ones included, and the total would depend on the machine.
+# check() still shows it to students who run on GPUs.
+UNGRADED_CHECKS = ("gpu_device",)
 
 _failures: dict[tuple, str] = {}  # the grader could not run: don't retry in every cell
 
@@ -50,6 +49,17 @@ class CheckFailed(AssertionError):
         return [f"{type(self).__name__}: {self.lines[0]}", *self.lines[1:]]
 
 
+# The check list lives in autograder.checks, which imports torch; grade cells
+# need none of it (the report carries titles and points), so it is read lazily.
+
+def __getattr__(name):
+    if name == "GRADED_CHECKS":  # the ids with a grade cell, in the report's order
+        from .checks import CHECKS
+
+        return tuple(c.id for c in CHECKS if c.id not in UNGRADED_CHECKS)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def max_points(check_id: str) -> float:
     """The points a check is worth (the grade cell's points)."""
     return _check(check_id).points
@@ -60,6 +70,8 @@ def title(check_id: str) -> str:
 
 
 def _check(check_id: str):
+    from .checks import CHECKS
+
     for item in CHECKS:
         if item.id == check_id:
             return item
@@ -76,21 +88,24 @@ def require(path: str | os.PathLike, exercise: str, check_id: str, world_size: i
     raise CheckFailed with the check's message and hint when it failed."""
     from .notebook import GradingFailed, run
 
-    item = _check(check_id)
     path = Path(path)
-    heading = f"{item.title} (checked with {_ranks(world_size)})"
     if not path.is_file():
+        heading = f"{title(check_id)} (checked with {_ranks(world_size)})"
         raise CheckFailed([f"{heading}: there is no file {path.name}.",
                            f"Hint: run the %%writefile {path.name} cell above, which writes your program to that file."])
     key = (str(path.resolve()), hashlib.sha256(path.read_bytes()).hexdigest(), exercise, world_size, backend, timeout_s)
+    if key not in _failures:
+        try:
+            report = run(path, exercise, world_size=world_size, backend=backend, timeout_s=timeout_s)
+        except GradingFailed as error:
+            _failures[key] = str(error).strip() or "The grader stopped without a report."
     if key in _failures:
-        raise CheckFailed([f"{heading}: the grader could not run your program.", _failures[key]])
-    try:
-        report = run(path, exercise, world_size=world_size, backend=backend, timeout_s=timeout_s)
-    except GradingFailed as error:
-        _failures[key] = str(error)
-        raise CheckFailed([f"{heading}: the grader could not run your program.", str(error)]) from None
-    verdict = report.check(check_id)
+        raise CheckFailed([f"{title(check_id)} (checked with {_ranks(world_size)}): the grader could not run your program.",
+                           _failures[key]])
+    verdict = next((v for v in report.checks if v.id == check_id), None)
+    if verdict is None:
+        raise ValueError(f"The {exercise} report has no check {check_id!r}.")
+    heading = f"{verdict.title} (checked with {_ranks(world_size)})"
     if verdict.status != FAILED:
         return None
     lines = [f"{heading}: {verdict.message}"]

@@ -1,0 +1,1 @@
+effective_batch_size = 32 * 4

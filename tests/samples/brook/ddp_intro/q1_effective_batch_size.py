@@ -1,0 +1,1 @@
+effective_batch_size = 512 / 4  # a float: 128.0

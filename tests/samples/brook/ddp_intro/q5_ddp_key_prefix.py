@@ -1,0 +1,1 @@
+ddp_key_prefix = "module."

@@ -1,0 +1,185 @@
+"""The course through real nbgrader commands, as nbgrader's own tests do it: a temporary course
+directory (nbgrader_config.py + source/), `db student add`, `db assignment add`,
+`generate_assignment`, submissions in submitted/<student>/<assignment>/, `autograde`,
+`generate_feedback`, `export`; then exact scores from nbgrader's Gradebook.
+
+Students:
+    perfect   the source notebooks, solutions and all
+    blank     the release, untouched
+    brook     tests/samples/brook: classic mistakes in every assignment
+    dana      tests/samples/dana: linear_regression without a DistributedSampler
+"""
+from __future__ import annotations
+
+import csv
+import html
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbgrader.api import Gradebook
+
+from autograder.course import GRADED_CHECKS, max_points
+from autograder.demo import copy_course, nbgrader, submit
+
+pytestmark = pytest.mark.nbgrader
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "tests" / "samples"
+ASSIGNMENTS = ("ddp_intro", "linear_regression", "mnist_ddp")
+TOTAL = {"ddp_intro": 7, "linear_regression": 17, "mnist_ddp": 17}
+PROGRAM = {"linear_regression": ("linear_regression_ddp.py", "linear_regression", "lr"),
+           "mnist_ddp": ("mnist_ddp.py", "mnist", "mnist")}
+SUBMISSIONS = {"perfect": ASSIGNMENTS, "blank": ASSIGNMENTS, "brook": ASSIGNMENTS, "dana": ("linear_regression",)}
+
+# The grade cells each sample fails, and nothing else.
+FAILED_CELLS = {
+    ("brook", "ddp_intro"): {"q1_effective_batch_size_test": 1,   # 512 / 4 is 128.0, a float: the hidden test
+                             "q4a_samples_per_rank_test": 1,      # forgot the padding: 3 instead of 4
+                             "q4b_rank1_indices_test": 2},
+    ("brook", "linear_regression"): {"lr_set_epoch": max_points("set_epoch"),                    # never calls set_epoch
+                                     "lr_checkpoint_loadable": max_points("checkpoint_loadable")},  # saves "module." keys
+    ("brook", "mnist_ddp"): {"mnist_rank0_checkpoint": max_points("rank0_checkpoint"),  # every rank saves ...
+                             "mnist_rank0_logs": max_points("rank0_logs")},             # ... and prints
+    ("dana", "linear_regression"): {"lr_distributed_sampler": max_points("distributed_sampler")},
+}
+
+
+AUTOGRADE_SECONDS: dict[str, float] = {}
+
+
+def expected_score(student: str, assignment: str) -> float:
+    if student == "blank":
+        return 0
+    return TOTAL[assignment] - sum(FAILED_CELLS.get((student, assignment), {}).values())
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory) -> Path:
+    course = copy_course(tmp_path_factory.mktemp("course"))
+    for student in SUBMISSIONS:
+        nbgrader(course, "db", "student", "add", student, f"--last-name={student.title()}")
+    for assignment in ASSIGNMENTS:
+        nbgrader(course, "db", "assignment", "add", assignment)
+        nbgrader(course, "generate_assignment", assignment)
+    for student, assignments in SUBMISSIONS.items():
+        for assignment in assignments:
+            target = course / "submitted" / student / assignment
+            if student == "perfect":
+                shutil.copytree(ROOT / "source" / assignment, target)
+            else:
+                submit(course, student, assignment, SAMPLES / student / assignment if student != "blank" else None)
+    for assignment in ASSIGNMENTS:
+        started = time.monotonic()
+        nbgrader(course, "autograde", assignment)
+        AUTOGRADE_SECONDS[assignment] = time.monotonic() - started
+    for assignment in ASSIGNMENTS:
+        nbgrader(course, "generate_feedback", assignment)
+    nbgrader(course, "export")
+    return course
+
+
+def gradebook(course: Path) -> Gradebook:
+    return Gradebook("sqlite:///" + str(course / "gradebook.db"), "ddp-course")
+
+
+def feedback_text(course: Path, student: str, assignment: str) -> str:
+    """The feedback page as a student reads it: tags stripped, entities decoded."""
+    [page] = (course / "feedback" / student / assignment).glob("*.html")
+    return html.unescape(re.sub(r"<[^>]+>", "", page.read_text()))
+
+
+def test_exact_scores(course):
+    with gradebook(course) as gb:
+        for student, assignments in SUBMISSIONS.items():
+            for assignment in assignments:
+                submission = gb.find_submission(assignment, student)
+                assert submission.max_score == TOTAL[assignment]
+                assert submission.score == expected_score(student, assignment), (student, assignment)
+
+
+def test_each_failed_check_costs_exactly_its_cell(course):
+    with gradebook(course) as gb:
+        for student, assignments in SUBMISSIONS.items():
+            if student == "blank":
+                continue
+            for assignment in assignments:
+                failed = FAILED_CELLS.get((student, assignment), {})
+                [notebook] = gb.find_submission(assignment, student).notebooks
+                for grade in notebook.grades:
+                    lost = grade.max_score - grade.score
+                    assert lost == failed.get(grade.name, 0), (student, assignment, grade.name, grade.score)
+
+
+@pytest.mark.parametrize("assignment", sorted(PROGRAM))
+def test_one_grade_cell_per_check_with_its_points(course, assignment):
+    _, _, prefix = PROGRAM[assignment]
+    with gradebook(course) as gb:
+        [notebook] = gb.find_assignment(assignment).notebooks
+        cells = {cell.name: cell.max_score for cell in notebook.grade_cells}
+    assert cells == {f"{prefix}_{check_id}": max_points(check_id) for check_id in GRADED_CHECKS}
+
+
+def test_blank_fails_every_cell_in_plain_words(course):
+    text = feedback_text(course, "blank", "linear_regression")
+    assert text.count("CheckFailed: ") == len(GRADED_CHECKS)
+    assert "NotImplementedError" in text  # what stopped the run, for every check
+
+
+def test_feedback_explains_each_failure_with_the_checks_message(course):
+    """The words the student reads are the grader's own message and hint for that check."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # one CPU thread per rank, as in grading
+    from autograder.notebook import run  # starts the warm grader, which inherits the environment
+    for (student, assignment), cells in FAILED_CELLS.items():
+        if assignment not in PROGRAM:
+            continue
+        program, exercise, prefix = PROGRAM[assignment]
+        report = run(course / "autograded" / student / assignment / program, exercise)
+        text = feedback_text(course, student, assignment)
+        for cell in cells:
+            verdict = report.check(cell.removeprefix(prefix + "_"))
+            assert verdict.status == "failed"
+            assert f"{verdict.title} (checked with 2 ranks): {verdict.message}" in text, (student, cell)
+            assert f"Hint: {verdict.hint}" in text
+
+
+def test_feedback_never_shows_hidden_tests(course):
+    hidden = set()
+    for notebook in (ROOT / "source").glob("*/*.ipynb"):
+        for cell in nbformat.read(notebook, as_version=4).cells:
+            inside = False
+            for line in cell.source.splitlines():
+                inside = inside or "BEGIN HIDDEN TESTS" in line
+                if inside and line.strip():
+                    hidden.add(line.strip())
+                inside = inside and "END HIDDEN TESTS" not in line
+    assert len(hidden) > 30
+    pages = 0
+    for student, assignments in SUBMISSIONS.items():
+        for assignment in assignments:
+            text = feedback_text(course, student, assignment)
+            pages += 1
+            leaked = sorted(line for line in hidden if line in text)
+            assert not leaked, (student, assignment, leaked[:3])
+    assert pages == sum(len(a) for a in SUBMISSIONS.values())
+    # brook's hidden test failed (128.0 is not an int): its message, written for students, is shown.
+    assert "give an int, not a float" in feedback_text(course, "brook", "ddp_intro")
+
+
+def test_export_has_every_grade(course):
+    with open(course / "grades.csv", newline="") as handle:
+        rows = {(row["student_id"], row["assignment"]): float(row["raw_score"]) for row in csv.DictReader(handle)}
+    for student, assignments in SUBMISSIONS.items():
+        for assignment in assignments:
+            assert rows[student, assignment] == expected_score(student, assignment)
+
+
+def test_autograde_time(course):
+    """Keeps the cost of grading in view: one assignment's autograde (all its students)."""
+    print({assignment: round(seconds, 1) for assignment, seconds in AUTOGRADE_SECONDS.items()})
+    assert set(AUTOGRADE_SECONDS) == set(ASSIGNMENTS)
+    assert all(seconds < 600 for seconds in AUTOGRADE_SECONDS.values())
