@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -10,9 +11,22 @@ from pathlib import Path
 import psutil
 import pytest
 
+import mistakes
+
 ROOT = Path(__file__).resolve().parents[1]
-SUBMISSIONS = ROOT / "tests" / "submissions"
 SOLUTIONS = ROOT / "solutions"
+ROBUSTNESS = ROOT / "tests" / "robustness"
+
+
+def robustness_case(case: str, folder: Path) -> Path:
+    """A copy of the case in `folder`: a file of tests/robustness/, the entry
+    robustness/<stem> of tests/mistakes.py, or else a solution."""
+    name = f"robustness/{Path(case).stem}"
+    if name in mistakes.SUBMISSIONS:
+        return mistakes.write_submission(name, folder)
+    source = ROBUSTNESS / case if (ROBUSTNESS / case).exists() else SOLUTIONS / case
+    shutil.copy(source, folder / source.name)
+    return folder / source.name
 
 
 def failed_ids(report) -> set[str]:

@@ -1,4 +1,4 @@
-"""Every check against the catalogue of submissions in tests/submissions/.
+"""Every check against the catalogue of submissions in tests/mistakes.py.
 
 Correct submissions pass every check. Each buggy one, the reference with one
 classic mistake, fails exactly the checks its mistake breaks, each with a
@@ -10,13 +10,13 @@ Runs use gloo, so the table holds on a machine with GPUs too.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
+import mistakes
 from autograder import grade
 from autograder.checks import CHECKS
-from conftest import SOLUTIONS, SUBMISSIONS, failed_ids
+from conftest import SOLUTIONS, failed_ids
 
 LR, MNIST = "linear_regression", "mnist"
 REFERENCES = {LR: SOLUTIONS / "linear_regression_ddp.py", MNIST: SOLUTIONS / "mnist_ddp.py"}
@@ -35,7 +35,7 @@ class Says:
 
 @dataclass(frozen=True)
 class Case:
-    submission: Path
+    submission: str  # "reference", or an entry <exercise>/<submission> of tests/mistakes.py
     exercise: str
     world_size: int
     failed: dict[str, Says]
@@ -43,13 +43,14 @@ class Case:
 
     @property
     def id(self) -> str:
-        return f"{self.exercise}/{self.submission.stem}@{self.world_size}"
+        stem = REFERENCES[self.exercise].stem if self.submission == "reference" else self.submission
+        return f"{self.exercise}/{stem}@{self.world_size}"
 
 
 def case(exercise: str, submission: str, world_size: int = 2, *, skipped=CPU_RUN, **failed: str | Says) -> Case:
-    path = REFERENCES[exercise] if submission == "reference" else SUBMISSIONS / exercise / f"{submission}.py"
+    assert submission == "reference" or f"{exercise}/{submission}" in mistakes.SUBMISSIONS, submission
     says = {check_id: s if isinstance(s, Says) else Says(s) for check_id, s in failed.items()}
-    return Case(path, exercise, world_size, says, frozenset(skipped))
+    return Case(submission, exercise, world_size, says, frozenset(skipped))
 
 
 def stopped_early(**first_failure: str | Says) -> dict[str, str | Says]:
@@ -121,14 +122,17 @@ MESSAGES = [pytest.param(row, check_id, says, id=f"{row.id}-{check_id}") for row
 
 
 @pytest.fixture(scope="module")
-def graded():
+def graded(tmp_path_factory):
     """Grade each submission once (at one world size) for all the tests that look at it."""
+    folder = tmp_path_factory.mktemp("submissions")
     reports = {}
 
     def report(row: Case):
         key = (row.submission, row.exercise, row.world_size)
         if key not in reports:
-            reports[key] = grade(row.submission, row.exercise, world_size=row.world_size, backend="gloo")
+            path = (REFERENCES[row.exercise] if row.submission == "reference" else
+                    mistakes.write_submission(f"{row.exercise}/{row.submission}", folder / row.exercise))
+            reports[key] = grade(path, row.exercise, world_size=row.world_size, backend="gloo")
         return reports[key]
 
     return report

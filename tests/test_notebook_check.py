@@ -8,7 +8,7 @@ import time
 import pytest
 
 from autograder import notebook
-from conftest import ROOT, SOLUTIONS
+from conftest import ROOT, SOLUTIONS, robustness_case
 
 CASES = ROOT / "tests" / "robustness"
 
@@ -33,8 +33,7 @@ def test_check_grades_outside_and_caches_by_content(solution_copy, capfd):
 
 @pytest.mark.parametrize("case", ["os_exit.py", "segfault.py", "prints_megabytes.py"])
 def test_a_crashing_or_noisy_submission_cannot_reach_the_kernel(tmp_path, case, capfd):
-    shutil.copy(CASES / case, tmp_path / case)
-    report = notebook.check(tmp_path / case, "linear_regression")
+    report = notebook.check(robustness_case(case, tmp_path), "linear_regression")
     assert report.ranks  # it was graded, with a report to show
     assert capfd.readouterr().err == ""
 

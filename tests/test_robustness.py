@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SOLUTIONS, processes_mentioning, run_cli
+from conftest import ROOT, processes_mentioning, robustness_case, run_cli
 
 CASES = ROOT / "tests" / "robustness"
 # A run that stops early fails every check it did not get past, gpu_device
@@ -25,9 +25,7 @@ SLACK_S = 25  # interpreter start, torch import, killing; the machine is shared
 
 def grade_case(tmp_path: Path, case: str, *extra: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess, dict, float]:
     """Grade a copy of the case (a unique path, to find its processes), and check none is left."""
-    source = CASES / case if (CASES / case).exists() else SOLUTIONS / case
-    submission = tmp_path / source.name
-    shutil.copy(source, submission)
+    submission = robustness_case(case, tmp_path)
     report_path = tmp_path / "report.json"
     started = time.monotonic()
     result = run_cli("check", str(submission), "--exercise", "linear_regression", "--timeout", str(timeout),
@@ -133,10 +131,8 @@ def test_hard_coded_port_gradings_run_side_by_side(tmp_path):
     """The tutorial's MASTER_PORT=12355 in three gradings at once: the grader owns the rendezvous."""
     runs = []
     for number in range(3):
-        folder = tmp_path / f"student{number}"
-        folder.mkdir()
-        shutil.copy(CASES / "hardcoded_port.py", folder)
-        runs.append(subprocess.Popen([sys.executable, "-m", "autograder", "check", str(folder / "hardcoded_port.py"),
+        submission = robustness_case("hardcoded_port.py", tmp_path / f"student{number}")
+        runs.append(subprocess.Popen([sys.executable, "-m", "autograder", "check", str(submission),
                                       "--exercise", "linear_regression", "--quiet"], cwd=ROOT))
     assert [run.wait(timeout=240) for run in runs] == [0, 0, 0]
 
