@@ -76,6 +76,15 @@ def _redirect_output(path: str) -> _CountingStdout:
     return sys.stdout
 
 
+def _share_cores(world_size: int) -> None:
+    """As torchrun does: ranks on one machine share its cores, rather than
+    each starting a thread per core and all of them fighting over the cores."""
+    if "OMP_NUM_THREADS" not in os.environ:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+
+
 def _fresh_numpy_seed() -> None:
     """A forked rank inherits NumPy's random state; a process of the student's
     own mp.spawn would get a fresh one. Python's random reseeds itself on fork."""
@@ -129,6 +138,7 @@ def _record_error(state: RankState, error: BaseException, phase: str, spec: Rank
 
 def run_rank(rank: int, spec: RankSpec) -> None:
     _isolate(spec)
+    _share_cores(spec.world_size)
     _fresh_numpy_seed()
     stdout = _redirect_output(spec.output_paths[rank])
     stack_file = open(spec.stack_paths[rank], "w")
