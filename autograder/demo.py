@@ -154,8 +154,10 @@ def _points(value: float | None) -> str:
 
 
 def run_demo(keep: bool = False) -> int:
+    from rich import box
     from rich.console import Console
     from rich.markup import escape
+    from rich.padding import Padding
     from rich.table import Table
 
     console = Console(highlight=False)
@@ -190,9 +192,9 @@ def run_demo(keep: bool = False) -> int:
             step(f"nbgrader generate_feedback {assignment}", "generate_feedback", assignment)
 
         scores = gradebook_scores(course, STUDENTS, ASSIGNMENTS)
-        table = Table(title="Grades (from nbgrader's gradebook)", title_justify="left")
+        table = Table(title="Grades (from nbgrader's gradebook)", title_justify="left", box=box.SIMPLE_HEAD)
         table.add_column("Student")
-        table.add_column("Sample")
+        table.add_column("Sample", max_width=10)
         for assignment in ASSIGNMENTS:
             table.add_column(assignment, justify="right")
         table.add_column("Total", justify="right", style="bold")
@@ -212,7 +214,7 @@ def run_demo(keep: bool = False) -> int:
             for assignment in ASSIGNMENTS:
                 for cell, points, why in lost_points(course, student, assignment):
                     console.print(f"  {student} · {assignment} · {cell} [red](-{_points(points)})[/]")
-                    console.print(f"      {escape(why)}", style="dim")
+                    console.print(Padding(escape(why), (0, 0, 0, 6)), style="dim")
         if blank:
             console.print(f"{', '.join(blank)}: 0 points everywhere (every grade cell failed: the stubs raise NotImplementedError).")
         console.print(f"\nDone in {time.monotonic() - started:.0f} s.")
