@@ -34,15 +34,11 @@ c.CourseDirectory.ignore = [
     "linear_regression_ddp.py", "mnist_ddp.py", "allreduce_demo.py", "data", "*.pt",
 ]
 
-# A grade cell of the DDP assignments runs the student's program in 2 and then 3 ranks
-# (in a child process; the report is cached for the notebook's other cells). On a busy
-# 2-core machine the MNIST run can take a minute or two; nbgrader's default is 30 s.
+# The check cell and the first grade cell of a DDP assignment each run the student's
+# program (2, then 3 ranks; the report is cached for the other cells). A run takes seconds,
+# but a hung one only ends at the grader's deadline (120 s, plus up to 60 s to start the
+# grader): that must fit in one cell, and nbgrader's default cell timeout is 30 s.
 c.Execute.timeout = 300
-# One CPU thread per rank, as torchrun does (OMP_NUM_THREADS=1). Set in the grading kernel
-# only, the grader and the ranks inherit it: with torch's default (one thread per core in
-# every rank) 2 or 3 CPU ranks fight over the cores, and on 2 cores the MNIST run took
-# about 4x longer (42 s instead of 11 s), close to the grader's 120 s deadline on a busy machine.
-c.Execute.extra_arguments = ["--IPKernelApp.exec_lines=import os; os.environ.setdefault('OMP_NUM_THREADS', '1')"]
 
 
 class ClearHiddenTestTracebacks(NbGraderPreprocessor):  # (nbconvert's Preprocessor is disabled by default)
