@@ -86,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
         if error.hint:
             console.print(f"[bold]Tip:[/] {error.hint}")
         return EXIT_CANNOT_GRADE
+    except KeyboardInterrupt:  # the launcher has stopped every rank on the way out
+        Console(stderr=True, highlight=False).print("[bold red]Interrupted:[/] grading stopped; no rank is left running.")
+        return EXIT_CANNOT_GRADE
 
 
 if __name__ == "__main__":
