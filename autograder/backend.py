@@ -1,19 +1,21 @@
 """Choose the backend for a run from what this machine has."""
 from __future__ import annotations
 
-import os
-
 from .errors import CannotGrade
 
 BACKENDS = ("auto", "gloo", "nccl")
 
 
 def visible_gpus() -> int:
-    # NVML counts GPUs without initialising CUDA here, so forked ranks stay safe.
-    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    """The GPUs the ranks could use, counted through NVML (honouring
+    CUDA_VISIBLE_DEVICES). Never through the CUDA runtime: a process that has
+    touched it cannot fork ranks that use CUDA ("Cannot re-initialize CUDA in
+    forked subprocess"), even on a machine with no GPU at all."""
     import torch
 
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if not torch.backends.cuda.is_built():
+        return 0
+    return max(torch.cuda._device_count_nvml(), 0)  # -1: no driver, so no GPU
 
 
 def resolve(requested: str, world_size: int) -> tuple[str, bool]:

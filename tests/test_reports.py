@@ -158,11 +158,18 @@ def test_the_three_pictures_are_inline_pngs(correct, mistakes):
         assert sum(len(png) for png in images) < 150_000  # the page stays light
 
 
-def test_no_sampler_run_explains_the_missing_partition_map(no_sampler):
+def test_no_sampler_run_shows_every_rank_reading_everything(no_sampler):
     fragment = _html(no_sampler)
-    assert len(_images(fragment)) == 2  # losses and weight spread; no indices were recorded
+    assert len(_images(fragment)) == 3
+    assert plots.overlap_fraction(no_sampler.details["partition"]) == 1.0
     partition = re.search(r'<div data-picture="partition">(.*?)</div></div>', fragment, re.S).group(1)
-    assert "<img" not in partition and "No rank drew its data from a DistributedSampler" in partition
+    assert "<img" in partition and "Every rank read the whole data set" in partition
+
+
+def test_a_run_without_any_sampler_record_gets_a_note_instead_of_a_map():
+    picture = plots.partition_picture([{"rank": 0, "epochs": [], "dataset_length": None},
+                                       {"rank": 1, "epochs": [], "dataset_length": None}])
+    assert picture.png is None and "no record of which samples each rank read" in picture.note
 
 
 def test_student_output_is_escaped(no_sampler):
@@ -256,7 +263,7 @@ def test_partition_map_shows_overlap_and_repeated_order(correct, no_sampler, mis
     good, bad = correct.details["partition"], mistakes["report"].details["partition"]
     assert plots.overlap_fraction(good) == 0.0
     assert plots.repeated_order(good) == 0.0
-    assert plots.overlap_fraction(no_sampler.details["partition"]) is None
+    assert plots.overlap_fraction(no_sampler.details["partition"]) == 1.0
     assert plots.overlap_fraction(bad) == 1.0
     assert plots.repeated_order(bad) == 1.0
     good_picture, bad_picture = plots.partition_picture(good), plots.partition_picture(bad)
@@ -280,7 +287,7 @@ def test_partition_stats_on_a_hand_made_split():
     assert stats.overlap == [1 / 6, 0.0] and stats.unread == [1 / 6, 1 / 6]
     assert stats.same_order == [False] and stats.order == [[0, 2, 4], [4, 2, 0]]
     picture = plots.partition_picture(partition)
-    assert picture.png and "Rank 2 did not draw from a DistributedSampler" in picture.note
+    assert picture.png and "Rank 2 read no data through a DataLoader's sampler" in picture.note
 
 
 def test_padding_is_not_called_an_overlap():

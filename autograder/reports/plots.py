@@ -175,11 +175,11 @@ def partition_picture(partition: list[dict] | None) -> Picture:
     stats = partition_stats(partition)
     ranks = sorted(p["rank"] for p in partition or [])
     if stats is None:
-        note = ("No rank drew its data from a DistributedSampler, so there is no record of which samples each rank read. "
-                "Without one, every rank reads the whole data set.") if ranks else "No data were recorded."
+        note = ("No rank read its data through a DataLoader's sampler, so there is no record of which samples each "
+                "rank read.") if ranks else "No data were recorded."
         return Picture("partition", title, None, [], note)
-    note = (f"{_ranks_text(stats.missing).capitalize()} did not draw from a DistributedSampler and {'is' if len(stats.missing) == 1 else 'are'} "
-            "not shown.") if stats.missing else ""
+    note = (f"{_ranks_text(stats.missing).capitalize()} read no data through a DataLoader's sampler and "
+            f"{'is' if len(stats.missing) == 1 else 'are'} not shown.") if stats.missing else ""
     return Picture("partition", title, _partition_png(stats), _partition_findings(stats), note)
 
 
