@@ -22,7 +22,6 @@ frames, so the feedback shows no test code, hidden or not.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
@@ -86,14 +85,14 @@ def require(path: str | os.PathLike, exercise: str, check_id: str, world_size: i
             backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
     """Pass silently when the check passed or did not apply (skipped);
     raise CheckFailed with the check's message and hint when it failed."""
-    from .notebook import GradingFailed, run
+    from .notebook import GradingFailed, grading_key, run
 
     path = Path(path)
     if not path.is_file():
         heading = f"{title(check_id)} (checked with {_ranks(world_size)})"
         raise CheckFailed([f"{heading}: there is no file {path.name}.",
                            f"Hint: run the %%writefile {path.name} cell above, which writes your program to that file."])
-    key = (str(path.resolve()), hashlib.sha256(path.read_bytes()).hexdigest(), exercise, world_size, backend, timeout_s)
+    key = grading_key(path, exercise, world_size, backend, timeout_s)
     if key not in _failures:
         try:
             report = run(path, exercise, world_size=world_size, backend=backend, timeout_s=timeout_s)

@@ -80,17 +80,19 @@ def _running_server() -> _Server:
     return _server
 
 
-def _fingerprint(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+def grading_key(path: str | os.PathLike, exercise: str, world_size: int, backend: str, timeout_s: float) -> tuple:
+    """What makes two gradings the same: the file's content and the settings."""
+    path = Path(path).resolve()
+    content = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+    return (str(path), content, exercise, world_size, backend, timeout_s)
 
 
 def run(path: str | os.PathLike, exercise: str, world_size: int = DEFAULT_WORLD_SIZE, backend: str = "auto",
         timeout_s: float = DEFAULT_TIMEOUT_S) -> Report:
     """Grade outside the kernel; the same file content and settings are graded once per kernel."""
-    path = Path(path).resolve()
-    key = (str(path), _fingerprint(path), exercise, world_size, backend, timeout_s)
+    key = grading_key(path, exercise, world_size, backend, timeout_s)
     if key not in _cache:
-        _cache[key] = _grade_outside(path, exercise, world_size, backend, timeout_s)
+        _cache[key] = _grade_outside(Path(path).resolve(), exercise, world_size, backend, timeout_s)
     return _cache[key]
 
 
