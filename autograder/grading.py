@@ -84,14 +84,16 @@ def _student_location(sub: submissions.Submission, frames: list[dict]) -> str:
         return ""
     last = frames[-1]
     code = f": {last['code']}" if last.get("code") else ""
-    return f" ({sub.path.name}, {sub.where(last['line'])}, in {last['function']}{code})"
+    where = "at the top level of the file" if last["function"] == "<module>" else f"in {last['function']}"
+    return f" ({sub.path.name}, {sub.where(last['line'])}, {where}{code})"
 
 
 def _rank_error(run: RunRecords, sub: submissions.Submission, rank: int) -> str | None:
     records = run.ranks[rank]
     error, outcome = records.error, records.outcome
     if error is not None:
-        return f"{error['type']}: {error['message']}{_student_location(sub, error['frames'])}"
+        name = "" if error["from_grader"] else f"{error['type']}: "
+        return f"{name}{error['message']}{_student_location(sub, error['frames'])}"
     if outcome is None:
         return None
     if outcome.status == "hung":
@@ -143,7 +145,9 @@ def _launch_error(run: RunRecords, sub: submissions.Submission, ranks: list[Rank
     if result.first_failure is not None:
         rank = _root_failure(run)
         text = ranks[rank].error or "failed"
-        return f"Rank {rank} failed: {text}", hint_for(text) or "Fix this error first; the other ranks were stopped because of it."
+        own_hint = (run.ranks[rank].error or {}).get("hint")
+        return f"Rank {rank} failed: {text}", (own_hint or hint_for(text)
+                                               or "Fix this error first; the other ranks were stopped because of it.")
     return None, ""
 
 

@@ -104,14 +104,13 @@ def _import_submission(spec: RankSpec):
 def _entry_point(module):
     main = getattr(module, "main", None)
     if not callable(main):
-        raise StudentError("No function main(rank, world_size) was found. The grader calls main in every rank.")
+        raise StudentError("No function main(rank, world_size) was found.",
+                           "The grader calls main(rank, world_size) in every rank: define it at the top level.")
     try:
         inspect.signature(main).bind(0, 1)
     except TypeError:
-        raise StudentError(
-            f"main{inspect.signature(main)} cannot be called as main(rank, world_size). "
-            "Give it exactly those two parameters."
-        ) from None
+        raise StudentError(f"main{inspect.signature(main)} cannot be called as main(rank, world_size).",
+                           "Give it exactly those two parameters.") from None
     return main
 
 
@@ -124,13 +123,14 @@ def _student_frames(error: BaseException, module_path: str) -> list[dict]:
     ]
 
 
-def _record_error(state: RankState, error: BaseException, phase: str, spec: RankSpec) -> None:
+def _record_error(state: RankState, error: BaseException, spec: RankSpec) -> None:
     state.record(
         "error",
-        phase=phase,
         type=type(error).__name__,
-        message=str(error)[:4000],
+        # A refusal by the grader is written for the student already: no exception name, its own hint.
         from_grader=isinstance(error, StudentError),
+        message=(error.message if isinstance(error, StudentError) else str(error))[:4000],
+        hint=error.hint if isinstance(error, StudentError) else "",
         frames=_student_frames(error, spec.module_path),
         traceback="".join(traceback.format_exception(error))[-8000:],
     )
@@ -154,20 +154,18 @@ def run_rank(rank: int, spec: RankSpec) -> None:
     state = RankState(rank=rank, world_size=spec.world_size, backend=spec.backend, store_path=spec.store_path,
                       workdir=spec.workdir, record_path=spec.record_paths[rank], is_notebook=spec.is_notebook)
     probes.install(state)
-    failed, phase = False, "import"
+    failed = False
     try:
         module = _import_submission(spec)
         main = _entry_point(module)
-        phase = "main"
-        state.record("main_start")
         main(rank, spec.world_size)
     except SystemExit as error:
         if error.code not in (None, 0):
             failed = True
-            _record_error(state, error, phase, spec)
+            _record_error(state, error, spec)
     except BaseException as error:
         failed = True
-        _record_error(state, error, phase, spec)
+        _record_error(state, error, spec)
     finally:
         probes.finish(state)
         state.record("rank_done", failed=failed, printed_lines=stdout.lines)

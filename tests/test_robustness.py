@@ -88,7 +88,7 @@ def test_a_rank_that_dies_without_an_exception_is_reported(tmp_path, case, messa
 def test_code_that_cannot_work_under_the_grader_fails_fast_with_a_reason(tmp_path, case, message, failing):
     result, report, elapsed = grade_case(tmp_path, case, timeout=120)
     assert result.returncode == 1 and elapsed < SLACK_S
-    assert message in report["error"]
+    assert message in report["error"] + " " + report["error_hint"]
     assert failed(report) == failing
     assert report["score"] == 0
 

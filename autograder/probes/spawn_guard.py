@@ -20,9 +20,9 @@ def install(state: RankState) -> None:
             if state.is_notebook:
                 return None
             raise StudentError(
-                f"Your file calls mp.{original.__name__} when it is imported. The grader imports your file "
-                "in each rank and calls main(rank, world_size) itself. Put the mp.spawn call under "
-                "`if __name__ == \"__main__\":` at the bottom of the file."
+                f"Your file calls mp.{original.__name__} when it is imported, but the grader imports your file "
+                "in each rank and calls main(rank, world_size) itself.",
+                "Put the mp.spawn call under `if __name__ == \"__main__\":` at the bottom of the file.",
             )
 
         return refuse
