@@ -14,11 +14,11 @@ then prints the gradebook's scores (student x assignment) and, for every point
 lost, the grade cell and the autograder's explanation.
 
 A sample student is a folder tests/samples/<student>/<assignment>/ of answers.
-Their notebook is the released notebook with each answer put in its cell: a
-file named like a `%%writefile NAME` cell fills that cell's body, a file
-named <grade_id>.py replaces the solution cell with that grade id. A cell
-without an answer keeps its stub, so a student with no answers submits the
-release untouched.
+Their notebook is the released notebook with each answer put in its cell: for
+a `%%writefile NAME.py` cell, NAME.answers.py holds one block per stub of the
+released program, in order; a file named <grade_id>.py replaces the solution
+cell with that grade id. A cell without an answer keeps its stub, so a student
+with no answers submits the release untouched.
 """
 from __future__ import annotations
 
@@ -74,6 +74,22 @@ def nbgrader(course: Path, *args: str, timeout: float = 1800) -> subprocess.Comp
     return done
 
 
+STUB = re.compile(r"[ \t]*# YOUR CODE HERE\n[ \t]*raise NotImplementedError\(\)\n?")
+ANSWER_HEADING = re.compile(r"^# answer \d+\n", re.MULTILINE)
+
+
+def fill_stubs(program: str, answers: str) -> str:
+    """The released program with its stubs replaced, in order, by the blocks
+    of an answers file (each block under a `# answer N` line, indented as it
+    goes in the program): what a student who edited the stubs hands in."""
+    blocks = ANSWER_HEADING.split(answers)[1:]
+    stubs = STUB.findall(program)
+    if len(blocks) != len(stubs):
+        raise ValueError(f"{len(blocks)} answers for {len(stubs)} stubs")
+    filled = iter(blocks)
+    return STUB.sub(lambda _: next(filled), program)
+
+
 def fill_notebook(notebook_path: Path, answers: Path | None):
     """The released notebook with a student's answers put in (see the module docstring)."""
     import nbformat
@@ -85,11 +101,11 @@ def fill_notebook(notebook_path: Path, answers: Path | None):
         info = cell.metadata.get("nbgrader", {})
         if cell.cell_type != "code" or not info.get("solution"):
             continue
-        first, _, _ = cell.source.partition("\n")
+        first, _, stub = cell.source.partition("\n")
         if first.startswith("%%writefile"):
-            program = answers / first.split()[-1]
+            program = answers / Path(first.split()[-1]).with_suffix(".answers.py")
             if program.is_file():
-                cell.source = first + "\n" + program.read_text().rstrip("\n")
+                cell.source = first + "\n" + fill_stubs(stub, program.read_text()).rstrip("\n")
                 continue
         answer = answers / f"{info.get('grade_id')}.py"
         if answer.is_file():

@@ -1,0 +1,23 @@
+# answer 1
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
+# answer 2
+    if rank == 0:
+        if (epoch + 1) % SAVE_EVERY == 0:
+            print(f"epoch {epoch + 1:3d}  loss {loss:.4f}")
+            save_checkpoint(model.module, optimizer, epoch, loss)
+        if epoch == EPOCHS - 1:
+            line = model.module
+            print(f"learned y = {line.weight.item():.3f} x + {line.bias.item():.3f}   (true line: y = 2x + 1)")
+# answer 3
+        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank)  # shuffles by default
+        loader = DataLoader(dataset, batch_size=BATCH_SIZE, sampler=sampler)
+# answer 4
+        model = DDP(model) if device.type == "cpu" else DDP(model, device_ids=[rank])
+# answer 5
+            sampler.set_epoch(epoch)
+# answer 6
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -1,0 +1,19 @@
+# answer 1
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
+# answer 2
+    if rank == 0:
+        print(f"epoch {epoch + 1}  loss {loss:.4f}  accuracy {accuracy:.1%}")
+        torch.save({"epoch": epoch, "model_state_dict": model.module.state_dict()}, CHECKPOINT)
+# answer 3
+        sampler = DistributedSampler(trainset, num_replicas=world_size, rank=rank, shuffle=True)
+        loader = DataLoader(trainset, batch_size=BATCH_SIZE, sampler=sampler)
+# answer 4
+        model = DDP(model) if device.type == "cpu" else DDP(model, device_ids=[rank])
+# answer 5
+            sampler.set_epoch(epoch)
+# answer 6
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -1,0 +1,21 @@
+# answer 1
+    if torch.cuda.is_available():
+        torch.cuda.set_device(rank)  # this rank's GPU, chosen before the group is created
+        dist.init_process_group("nccl", rank=rank, world_size=world_size)
+    else:
+        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+# answer 2
+    if rank == 0 and (epoch + 1) % SAVE_EVERY == 0:
+        print(f"epoch {epoch + 1:3d}  loss {loss:.4f}")
+        save_checkpoint(model, optimizer, epoch, loss)
+    if rank == 0 and epoch + 1 == EPOCHS:
+        print(f"learned y = {model.module.weight.item():.3f} x + {model.module.bias.item():.3f}   (true line: y = 2x + 1)")
+# answer 3
+        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True)
+        loader = DataLoader(dataset, batch_size=BATCH_SIZE, sampler=sampler)
+# answer 4
+        model = DDP(model, device_ids=[rank] if device.type == "cuda" else None)
+# answer 5
+            pass  # the sampler already shuffles
+# answer 6
+        dist.destroy_process_group()

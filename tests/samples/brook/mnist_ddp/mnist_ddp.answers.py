@@ -1,0 +1,18 @@
+# answer 1
+    if torch.cuda.is_available():
+        torch.cuda.set_device(rank)  # this rank's GPU, chosen before the group is created
+        dist.init_process_group("nccl", rank=rank, world_size=world_size)
+    else:
+        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+# answer 2
+    print(f"epoch {epoch + 1}  loss {loss:.4f}  accuracy {accuracy:.1%}")
+    torch.save({"epoch": epoch, "model_state_dict": model.module.state_dict()}, CHECKPOINT)
+# answer 3
+        sampler = DistributedSampler(trainset, num_replicas=world_size, rank=rank, shuffle=True)
+        loader = DataLoader(trainset, batch_size=BATCH_SIZE, sampler=sampler)
+# answer 4
+        model = DDP(model, device_ids=[rank] if device.type == "cuda" else None)
+# answer 5
+            sampler.set_epoch(epoch)
+# answer 6
+        dist.destroy_process_group()

@@ -1,0 +1,23 @@
+# answer 1
+    if torch.cuda.is_available():
+        torch.cuda.set_device(rank)  # this rank's GPU, chosen before the group is created
+        dist.init_process_group("nccl", rank=rank, world_size=world_size)
+    else:
+        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+# answer 2
+    if rank != 0:
+        return
+    if (epoch + 1) % SAVE_EVERY == 0:
+        print(f"epoch {epoch + 1:3d}  loss {loss:.4f}")
+        save_checkpoint(model.module, optimizer, epoch, loss)  # the plain model: no "module." in the keys
+    if epoch + 1 == EPOCHS:
+        weight, bias = model.module.weight.item(), model.module.bias.item()
+        print(f"learned y = {weight:.3f} x + {bias:.3f}   (true line: y = 2x + 1)")
+# answer 3
+        loader = DataLoader(dataset, batch_size=BATCH_SIZE, shuffle=True)
+# answer 4
+        model = DDP(model, device_ids=[rank] if device.type == "cuda" else None)
+# answer 5
+            pass
+# answer 6
+        dist.destroy_process_group()
