@@ -14,6 +14,7 @@ from typing import Callable
 
 from .records import RankRecords, RunRecords
 from .verdict import FAILED, PASSED, SKIPPED, Outcome, Verdict, failed, passed, skipped
+from .wording import ranks_text
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".tar", ".bin")
 SYNC_TOLERANCE = 1e-4  # relative spread of the parameter fingerprints
@@ -61,11 +62,6 @@ def _cannot_confirm(run: RunRecords, what: str) -> Outcome:
     stuck = next(r for r in run.ranks if not r.finished)
     return failed(f"Could not confirm {what}: {run.why_not_reached(stuck.rank)}.",
                   "Fix the error reported above, then check again.", stuck.rank)
-
-
-def _ranks_text(ranks) -> str:
-    ranks = list(ranks)
-    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
 
 
 # --- (1) process group ------------------------------------------------------
@@ -136,7 +132,7 @@ def _partition_problem(run: RunRecords, size: int, drop_last: bool, epoch_number
     shared = sorted(i for i, c in counts.items() if c > 1)
     if len(shared) > padding:
         ranks = sorted({rank for i in shared for rank in owners[i]})
-        return failed(f"In epoch {epoch_number}, {_ranks_text(ranks)} read {len(shared)} of the same samples "
+        return failed(f"In epoch {epoch_number}, {ranks_text(ranks)} read {len(shared)} of the same samples "
                       f"(for example indices {', '.join(map(str, shared[:5]))}).",
                       "Each rank should read its own share: give DistributedSampler num_replicas=world_size and rank=rank.")
     missing = sorted(set(range(size)) - set(counts))

@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from .wording import points
+
 ROOT = Path(__file__).resolve().parents[1]  # the course directory (a checkout of the repository)
 SAMPLES = ROOT / "tests" / "samples"
 ASSIGNMENTS = ("ddp_intro", "linear_regression", "mnist_ddp")
@@ -164,9 +166,7 @@ def lost_points(course: Path, student: str, assignment: str) -> list[tuple[str, 
 
 
 def _points(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+    return "-" if value is None else points(value)
 
 
 def run_demo(keep: bool = False) -> int:
@@ -228,8 +228,8 @@ def run_demo(keep: bool = False) -> int:
             if student in blank:
                 continue
             for assignment in ASSIGNMENTS:
-                for cell, points, why in lost_points(course, student, assignment):
-                    console.print(f"  {student} · {assignment} · {cell} [red](-{_points(points)})[/]")
+                for cell, lost, why in lost_points(course, student, assignment):
+                    console.print(f"  {student} · {assignment} · {cell} [red](-{_points(lost)})[/]")
                     console.print(Padding(escape(why), (0, 0, 0, 6)), style="dim")
         if blank:
             console.print(f"{', '.join(blank)}: 0 points everywhere (every grade cell failed: the stubs raise NotImplementedError).")

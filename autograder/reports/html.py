@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path, PurePath
 
 from ..verdict import FAILED, PASSED, SKIPPED, RankSummary, Report, Verdict
+from ..wording import points
 from . import plots
 
 OUTPUT_CHARS = 10_000  # per rank; at most the JSON's, so a round trip shows the same
@@ -35,10 +36,6 @@ BOXES = {"problem": ("rgba(207, 34, 46, 0.10)", "#cf222e"), "hint": ("rgba(9, 10
 
 def _e(text) -> str:
     return html.escape(str(text), quote=True)
-
-
-def _points(value: float) -> str:
-    return f"{value:g}"
 
 
 def _badge(label: str, colour: str, big: bool = False) -> str:
@@ -83,7 +80,7 @@ def _header(report: Report) -> str:
             f'<div style="font-size: 1.25em; font-weight: 700; margin-bottom: 2px">DDP autograder report</div>'
             f'<div style="opacity: 0.8; margin-bottom: 6px">{" &middot; ".join(facts)}</div>'
             f'<div>{badge} <span style="font-size: 1.1em; font-weight: 650; margin-left: 8px">Score: '
-            f'{_points(report.score)} / {_points(report.max_score)}</span></div></div>')
+            f'{points(report.score)} / {points(report.max_score)}</span></div></div>')
 
 
 def _problem(report: Report) -> str:
@@ -111,7 +108,7 @@ def _check_row(verdict: Verdict) -> str:
             f'<td style="{cell_style}; width: 4.5em">{_badge(label, colour)}</td>'
             f'<td style="{cell_style}">{cell}</td>'
             f'<td style="{cell_style}; text-align: right; white-space: nowrap; {MONO}">'
-            f'{_points(verdict.points)} / {_points(verdict.max_points)}</td></tr>')
+            f'{points(verdict.points)} / {points(verdict.max_points)}</td></tr>')
 
 
 def _checks(report: Report) -> str:
@@ -207,7 +204,7 @@ def render(report: Report) -> str:
 
 def page(report: Report) -> str:
     """A standalone HTML page around the fragment."""
-    title = f"DDP autograder: {report.exercise}, {_points(report.score)}/{_points(report.max_score)}"
+    title = f"DDP autograder: {report.exercise}, {points(report.score)}/{points(report.max_score)}"
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
             "<meta name=\"color-scheme\" content=\"light dark\">\n"

@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from ..checks import SYNC_TOLERANCE
+from ..wording import ranks_text
 
 DPI = 90
 ORDER_SAMPLES = 20  # first indices of each epoch in the order panel
@@ -73,11 +74,6 @@ def _percent(fraction: float) -> str:
     return f"{fraction:.0%}"
 
 
-def _ranks_text(ranks: list[int]) -> str:
-    ranks = list(ranks)
-    if len(ranks) == 1:
-        return f"rank {ranks[0]}"
-    return "ranks " + ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
 
 
 # --- partition ----------------------------------------------------------------
@@ -178,7 +174,7 @@ def partition_picture(partition: list[dict] | None) -> Picture:
         note = ("No rank read its data through a DataLoader's sampler, so there is no record of which samples each "
                 "rank read.") if ranks else "No data were recorded."
         return Picture("partition", title, None, [], note)
-    note = (f"{_ranks_text(stats.missing).capitalize()} read no data through a DataLoader's sampler and "
+    note = (f"{ranks_text(stats.missing).capitalize()} read no data through a DataLoader's sampler and "
             f"{'is' if len(stats.missing) == 1 else 'are'} not shown.") if stats.missing else ""
     return Picture("partition", title, _partition_png(stats), _partition_findings(stats), note)
 
@@ -265,7 +261,7 @@ def loss_picture(losses: list[dict] | None) -> Picture:
     if len(finite) < sum(len(values) for _, _, values in series):
         findings.append("Some losses are not finite numbers (nan or inf): the training diverged.")
     silent = sorted({e["rank"] for e in losses or []} - {s[0] for s in series})
-    note = f"{_ranks_text(silent).capitalize()} recorded no loss." if silent else ""
+    note = f"{ranks_text(silent).capitalize()} recorded no loss." if silent else ""
 
     figure = Figure(figsize=(6.0, 2.5))
     axes = figure.add_subplot()

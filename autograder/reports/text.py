@@ -7,13 +7,10 @@ from rich.padding import Padding
 from rich.text import Text
 
 from ..verdict import FAILED, PASSED, Report
+from ..wording import points
 
 MARKS = {PASSED: ("PASS", "green"), FAILED: ("FAIL", "bold red"), "skipped": ("SKIP", "yellow")}
 OUTPUT_LINES = 15
-
-
-def _points(value: float) -> str:
-    return f"{value:g}"
 
 
 def render(report: Report, console: Console, show_output: bool = False) -> None:
@@ -28,13 +25,13 @@ def render(report: Report, console: Console, show_output: bool = False) -> None:
     for verdict in report.checks:
         mark, style = MARKS[verdict.status]
         line = Text.assemble((f"{mark}  ", style), verdict.title.ljust(width + 2),
-                             (f"{_points(verdict.points)}/{_points(verdict.max_points)}", "dim"))
+                             (f"{points(verdict.points)}/{points(verdict.max_points)}", "dim"))
         console.print(line)
         if verdict.status == FAILED:
             console.print(Padding(Text(verdict.message), (0, 0, 0, 6)))
             if verdict.hint:
                 console.print(Padding(Text.assemble(("Hint: ", "bold cyan"), verdict.hint), (0, 0, 0, 6)))
-    console.print(Text.assemble(("\nScore: ", "bold"), f"{_points(report.score)} / {_points(report.max_score)}",
+    console.print(Text.assemble(("\nScore: ", "bold"), f"{points(report.score)} / {points(report.max_score)}",
                                 ("   all checks passed" if report.passed else "", "green")))
     for rank in report.ranks:
         if rank.error or show_output:
