@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .launch import LaunchResult, RankOutcome
 from .submission import StudentProblem
+
+if TYPE_CHECKING:  # types only: the checks, and the reports that use them, need no torch
+    from .launch import LaunchResult, RankOutcome
 
 
 @dataclass
