@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 demo: $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python -m autograder demo
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python -m tools.demo
 
 test: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python -m pytest -q

@@ -7,9 +7,10 @@ what each rank did.
 Names are imported on first use, so `from autograder.notebook import check`
 does not pull torch into a notebook kernel.
 """
+
 from importlib import import_module
 
-_EXPORTS = {"grade": ".grading", "Report": ".verdict", "CannotGrade": ".errors"}
+_EXPORTS = {"grade": ".grading", "Report": ".judge.verdict", "CannotGrade": ".errors"}
 __all__ = list(_EXPORTS)
 
 

@@ -3,6 +3,7 @@
 Exit status: 0 every check passed; 1 graded and something failed; 2 could
 not grade at all.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -11,9 +12,10 @@ import sys
 
 from rich.console import Console
 
-from .context import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE
 from .errors import CannotGrade
 from .exercises import EXERCISES
+from .launch import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE, LAUNCHERS
+from .launch.backend import BACKENDS
 
 EXIT_PASSED, EXIT_FAILED, EXIT_CANNOT_GRADE = 0, 1, 2
 
@@ -23,7 +25,15 @@ def _check(args) -> int:
     from .reports import json_report, text
 
     # This process computes nothing with torch before the ranks start, so they may fork from it.
-    report = grade(args.submission, args.exercise, args.world_size, args.backend, args.timeout, fork_from_here=True)
+    report = grade(
+        args.submission,
+        args.exercise,
+        args.world_size,
+        args.backend,
+        args.timeout,
+        fork_from_here=True,
+        launcher_kind=args.launcher,
+    )
     if args.json:
         json_report.write(report, args.json)
     if args.html:
@@ -35,35 +45,48 @@ def _check(args) -> int:
     return EXIT_PASSED if report.passed else EXIT_FAILED
 
 
-def _demo(args) -> int:
-    from .demo import run_demo
-
-    return run_demo(keep=args.keep)
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
-    check = commands.add_parser("check", help="grade one submission", description=(
-        "Run SUBMISSION's main(rank, world_size) in WORLD_SIZE ranks and judge what every rank did. "
-        "Exit status: 0 all checks passed, 1 graded with failures (including crashes and hangs), 2 could not grade."))
+    check = commands.add_parser(
+        "check",
+        help="grade one submission",
+        description=(
+            "Run SUBMISSION's main(rank, world_size) in WORLD_SIZE ranks and judge what every rank did. "
+            "Exit status: 0 all checks passed, 1 graded with failures (including crashes and hangs), 2 could not grade."
+        ),
+    )
     check.add_argument("submission", help="a .py script or a .ipynb notebook that defines main(rank, world_size)")
     check.add_argument("--exercise", required=True, choices=sorted(EXERCISES), help="which exercise this is")
-    check.add_argument("--world-size", type=int, default=DEFAULT_WORLD_SIZE, help=f"number of ranks (default {DEFAULT_WORLD_SIZE})")
-    check.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"),
-                       help="auto: nccl when there is a GPU per rank, else gloo (default auto)")
-    check.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
-                       help=f"seconds before a run is declared hung and every rank is killed (default {DEFAULT_TIMEOUT_S:g})")
+    check.add_argument(
+        "--world-size", type=int, default=DEFAULT_WORLD_SIZE, help=f"number of ranks (default {DEFAULT_WORLD_SIZE})"
+    )
+    check.add_argument(
+        "--backend",
+        default="auto",
+        choices=BACKENDS,
+        help="auto: nccl when there is a GPU per rank, else gloo (default auto)",
+    )
+    check.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help=f"seconds before a run is declared hung and every rank is killed (default {DEFAULT_TIMEOUT_S:g})",
+    )
+    check.add_argument(
+        "--launcher",
+        choices=sorted(LAUNCHERS),
+        default=None,
+        help="how the ranks start: mp (torch.multiprocessing, the default) or process "
+        "(each rank its own `python -m autograder.rank`, as an agent on another host starts it)",
+    )
     check.add_argument("--json", metavar="FILE", help="also write the report as JSON")
     check.add_argument("--html", metavar="FILE", help="also write the report as a standalone HTML page")
     check.add_argument("--show-output", action="store_true", help="show every rank's output, not only failing ranks'")
     check.add_argument("--quiet", action="store_true", help="print nothing; use the exit status and --json")
     check.set_defaults(run=_check)
 
-    demo = commands.add_parser("demo", help="grade the bundled sample submissions with nbgrader and print the grades")
-    demo.add_argument("--keep", action="store_true", help="keep the temporary course folder and print where it is")
-    demo.set_defaults(run=_demo)
     return parser
 
 
@@ -87,7 +110,9 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"[bold]Tip:[/] {error.hint}")
         return EXIT_CANNOT_GRADE
     except KeyboardInterrupt:  # the launcher has stopped every rank on the way out
-        Console(stderr=True, highlight=False).print("[bold red]Interrupted:[/] grading stopped; no rank is left running.")
+        Console(stderr=True, highlight=False).print(
+            "[bold red]Interrupted:[/] grading stopped; no rank is left running."
+        )
         return EXIT_CANNOT_GRADE
 
 

@@ -16,9 +16,10 @@ where :func:`provide_mnist` was not called.
 import gzip
 import os
 import shutil
-import tempfile
 from importlib import resources
 from pathlib import Path
+
+from ._files import replacing
 
 # torchvision's MNIST._check_exists requires all four files, whichever split is asked for.
 RAW_FILES = (
@@ -45,20 +46,9 @@ def provide_mnist(root: str | os.PathLike = "data") -> Path:
         target = raw / name
         if target.exists():
             continue
-        # Unpack into a private temp file next to the target and rename it into
-        # place, so a concurrent reader never sees a half-written file.  If two
-        # processes race here, both write identical bytes, so the later rename
-        # changes nothing.
-        fd, tmp = tempfile.mkstemp(dir=raw, prefix=f".{name}.", suffix=".tmp")
-        try:
-            with (
-                os.fdopen(fd, "wb") as out,
-                (bundled / f"{name}.gz").open("rb") as packed,
-                gzip.open(packed) as src,
-            ):
-                shutil.copyfileobj(src, out)
-            os.replace(tmp, target)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        # Unpacked beside the target and renamed into place, so a concurrent
+        # reader never sees a half-written file. Two processes racing here
+        # write identical bytes, so the later rename changes nothing.
+        with replacing(target, "wb") as out, (bundled / f"{name}.gz").open("rb") as packed, gzip.open(packed) as src:
+            shutil.copyfileobj(src, out)
     return root

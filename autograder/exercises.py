@@ -1,27 +1,88 @@
-"""The exercises the grader knows, and what each one's grading folder needs."""
+"""The exercises: each one a single record that the grader, nbgrader's
+config, the grade-cell tool, the demo, the tests and the README read.
+
+Adding an exercise is its record here, its notebook, its solution and its
+sample students.
+"""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from .datasets import provide_mnist
+from .judge.checks import CHECKS, by_id
 
 
 @dataclass(frozen=True)
 class Exercise:
-    name: str
-    description: str
-    prepare: Callable[[Path], None]  # fills the ranks' empty working folder
+    name: str  # what --exercise takes
+    assignment: str  # the nbgrader assignment: source/<assignment>/<assignment>.ipynb
+    program: str  # the file the notebook's %%writefile cell writes, and the grade cells check
+    grade_id_prefix: str  # of the grade cells' ids: <prefix>_<check id>
+    solution: str  # the reference program, from the course root
+    prepare: Callable[[Path], None]  # fills the ranks' empty working folder with the data it needs
+    launcher: str  # the kind of launcher that starts its ranks (autograder.launch.LAUNCHERS)
+    checks: tuple[str, ...]  # the checks that apply, in the report's order
+
+    @property
+    def notebook(self) -> str:
+        return f"source/{self.assignment}/{self.assignment}.ipynb"
+
+    @property
+    def graded_checks(self) -> tuple[str, ...]:
+        """The checks with a grade cell in the notebook."""
+        return tuple(c for c in self.checks if by_id(c).graded)
+
+    def grade_id(self, check_id: str) -> str:
+        return f"{self.grade_id_prefix}_{check_id}"
 
 
 def _nothing(_workdir: Path) -> None:
     pass
 
 
-EXERCISES = {
-    "linear_regression": Exercise("linear_regression", "simple_linear_regression_serial.py converted to DDP", _nothing),
+def _mnist(workdir: Path) -> None:
     # torchvision's MNIST(root="data", download=True) finds the bundled
     # 2,000-image subset here and loads it through its own code.
-    "mnist": Exercise("mnist", "the MNIST classifier converted to DDP", lambda workdir: provide_mnist(workdir / "data")),
+    provide_mnist(workdir / "data")
+
+
+ALL_CHECKS = tuple(c.id for c in CHECKS)
+
+EXERCISES = {
+    e.name: e
+    for e in (
+        Exercise(
+            "linear_regression",
+            "linear_regression",
+            "linear_regression_ddp.py",
+            "lr",
+            "solutions/linear_regression_ddp.py",
+            _nothing,
+            "mp",
+            ALL_CHECKS,
+        ),
+        Exercise("mnist", "mnist_ddp", "mnist_ddp.py", "mnist", "solutions/mnist_ddp.py", _mnist, "mp", ALL_CHECKS),
+    )
 }
+
+# The course's assignments in teaching order: a lesson, then the exercises.
+ASSIGNMENTS = ("ddp_intro", *(e.assignment for e in EXERCISES.values()))
+
+# What running the source notebooks in place leaves beside them: never released, never copied.
+# The ddp_intro lesson writes allreduce_demo.py; the exercises write their programs.
+LEFT_BY_RUNNING = (
+    ".ipynb_checkpoints",
+    "__pycache__",
+    "*.pyc",
+    "data",
+    "*.pt",
+    "allreduce_demo.py",
+    *(e.program for e in EXERCISES.values()),
+)
+
+
+def by_assignment(assignment: str) -> Exercise | None:
+    return next((e for e in EXERCISES.values() if e.assignment == assignment), None)

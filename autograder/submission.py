@@ -1,5 +1,6 @@
 """Load a submission (.py script or .ipynb notebook) and check, before any
 rank starts, that it can be graded: it compiles and defines main."""
+
 from __future__ import annotations
 
 import ast
@@ -8,8 +9,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # Cells in another language, whose body is not Python at all.
-NON_PYTHON_CELL_MAGICS = {"bash", "sh", "script", "html", "javascript", "js", "latex", "markdown", "svg", "perl", "ruby", "writefile", "file"}
-SHIM_IMPORT = "from autograder.notebook_shim import get_ipython  # notebook magics do nothing while grading\n"
+NON_PYTHON_CELL_MAGICS = {
+    "bash",
+    "sh",
+    "script",
+    "html",
+    "javascript",
+    "js",
+    "latex",
+    "markdown",
+    "svg",
+    "perl",
+    "ruby",
+    "writefile",
+    "file",
+}
+SHIM_IMPORT = "from autograder.rank.notebook_shim import get_ipython  # notebook magics do nothing while grading\n"
 
 
 @dataclass
@@ -53,8 +68,10 @@ def _notebook_code(path: Path) -> tuple[str, list[tuple[int, int]], dict[str, st
         notebook = json.loads(path.read_text(encoding="utf-8"))
         cells = notebook["cells"]
     except (ValueError, KeyError, TypeError) as error:
-        raise CannotGrade(f"{path.name} is not a readable Jupyter notebook ({error}).",
-                          "Save the notebook again from JupyterLab, or submit a .py file.") from None
+        raise CannotGrade(
+            f"{path.name} is not a readable Jupyter notebook ({error}).",
+            "Save the notebook again from JupyterLab, or submit a .py file.",
+        ) from None
     transformer = TransformerManager()
     pieces, starts, written = [SHIM_IMPORT], [], {}
     line = 2
@@ -83,7 +100,9 @@ def load(path: str | Path) -> Submission:
 
     path = Path(path)
     if not path.is_file():
-        raise CannotGrade(f"There is no file at {path}.", "Check the path; a .py script or a .ipynb notebook is expected.")
+        raise CannotGrade(
+            f"There is no file at {path}.", "Check the path; a .py script or a .ipynb notebook is expected."
+        )
     if path.suffix not in (".py", ".ipynb"):
         raise CannotGrade(f"{path.name} is neither a .py script nor a .ipynb notebook.")
     if path.suffix == ".py":
@@ -113,7 +132,9 @@ def _defines_main(tree: ast.Module) -> bool:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(isinstance(t, ast.Name) and t.id == "main" for t in targets):
                 return True
-        if isinstance(node, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name) in ("main", "*") for a in node.names):
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+            (a.asname or a.name) in ("main", "*") for a in node.names
+        ):
             return True
     return False
 

@@ -1,10 +1,33 @@
 """Small pieces of student-facing wording, shared by the checks and the reports."""
 
+from __future__ import annotations
+
+from .launch import RankStatus
+
+# What happened to a rank, as a phrase after "rank N was" / "Status:".
+RANK_STATUS_WORDS = {
+    RankStatus.FINISHED: "finished",
+    RankStatus.FAILED: "failed",
+    RankStatus.STOPPED: "stopped by the grader because another rank failed",
+    RankStatus.HUNG: "still running at the deadline",
+    RankStatus.NOT_STARTED: "not started",
+}
+
+
+def exit_words(exit_code: int) -> str:
+    """-11 -> 'killed by signal 11'; 3 -> 'exit status 3'."""
+    return f"killed by signal {-exit_code}" if exit_code < 0 else f"exit status {exit_code}"
+
 
 def ranks_text(ranks) -> str:
     """[1] -> 'rank 1'; [0, 1, 2] -> 'ranks 0, 1 and 2'."""
     ranks = list(ranks)
     return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
+
+
+def plural(count: int, noun: str) -> str:
+    """(1, 'rank') -> '1 rank'; (3, 'rank') -> '3 ranks'."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def points(value: float) -> str:

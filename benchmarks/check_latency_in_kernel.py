@@ -8,10 +8,10 @@ alternately, ROUNDS times:
 The figure is the ratio of the medians, measured in one session.
 Run:  .venv/bin/python benchmarks/check_latency_in_kernel.py [--rounds N]
 """
+
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import subprocess
 import sys
@@ -45,7 +45,9 @@ def main() -> None:
                 copy = folder / f"linear_regression_ddp_{number}.py"
                 copy.write_text(SUBMISSION.read_text() + f"\n# copy {number}\n")
                 started = time.perf_counter()
-                run_in_kernel(client, f"report = check({copy.name!r}, 'linear_regression'); assert report.passed, report.error")
+                run_in_kernel(
+                    client, f"report = check({copy.name!r}, 'linear_regression'); assert report.passed, report.error"
+                )
                 checks.append(time.perf_counter() - started)
                 started = time.perf_counter()
                 subprocess.run([sys.executable, str(copy)], cwd=folder, check=True, capture_output=True)
@@ -53,8 +55,12 @@ def main() -> None:
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=True)
-    print(f"check in a live kernel  median {statistics.median(checks):6.2f} s   runs: {', '.join(f'{t:.2f}' for t in checks)}")
-    print(f"bare run                median {statistics.median(bares):6.2f} s   runs: {', '.join(f'{t:.2f}' for t in bares)}")
+    print(
+        f"check in a live kernel  median {statistics.median(checks):6.2f} s   runs: {', '.join(f'{t:.2f}' for t in checks)}"
+    )
+    print(
+        f"bare run                median {statistics.median(bares):6.2f} s   runs: {', '.join(f'{t:.2f}' for t in bares)}"
+    )
     print(f"ratio check / bare: {statistics.median(checks) / statistics.median(bares):.2f}")
 
 

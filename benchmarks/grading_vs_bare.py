@@ -8,6 +8,7 @@ the ratio of their medians: the machine is shared and noisy, so absolute
 seconds from different moments are not comparable, but a ratio of
 neighbours is. Run:  .venv/bin/python benchmarks/grading_vs_bare.py [--rounds N]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,18 @@ def main() -> None:
         script = folder / SUBMISSION.name
         shutil.copy(SUBMISSION, script)
         bare_command = [sys.executable, str(script)]
-        grade_command = [sys.executable, "-m", "autograder", "check", str(script), "--exercise", "linear_regression",
-                         "--world-size", str(args.world_size), "--quiet"]
+        grade_command = [
+            sys.executable,
+            "-m",
+            "autograder",
+            "check",
+            str(script),
+            "--exercise",
+            "linear_regression",
+            "--world-size",
+            str(args.world_size),
+            "--quiet",
+        ]
         bare, grading = [], []
         for _ in range(args.rounds):
             bare.append(timed(bare_command, folder))

@@ -1,4 +1,5 @@
 """Shared test helpers: where things are, and how to see leftover processes."""
+
 from __future__ import annotations
 
 import os
@@ -8,10 +9,9 @@ import sys
 import time
 from pathlib import Path
 
+import mistakes
 import psutil
 import pytest
-
-import mistakes
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
@@ -39,7 +39,9 @@ def processes_mentioning(text: str) -> list[psutil.Process]:
     found = []
     for process in psutil.process_iter(["cmdline", "status"]):
         try:
-            if process.info["status"] != psutil.STATUS_ZOMBIE and any(text in part for part in process.info["cmdline"] or ()):
+            if process.info["status"] != psutil.STATUS_ZOMBIE and any(
+                text in part for part in process.info["cmdline"] or ()
+            ):
                 found.append(process)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
@@ -73,5 +75,11 @@ def no_leftover_ranks():
 
 def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """`python -m autograder ...` as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "autograder", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "autograder", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+    )

@@ -8,6 +8,7 @@ change to the solutions breaks an entry loudly instead of silently.
 
     path = write_submission("linear_regression/no_sampler", tmp_path)
 """
+
 from __future__ import annotations
 
 import textwrap
@@ -51,14 +52,14 @@ def write_submission(name: str, folder: Path) -> Path:
 def _docstring(reference: Path) -> str:
     text = (ROOT / reference).read_text()
     assert text.startswith('"""'), reference
-    return text[:text.index('"""\n', 3) + 4]
+    return text[: text.index('"""\n', 3) + 4]
 
 
 def _out_of_try(reference: Path) -> Edit:
     """Drop main's try: and its finally: block, and unindent what was inside."""
     text = (ROOT / reference).read_text()
     start, end = text.index(TRY), text.index(FINALLY)
-    return text[start:end + len(FINALLY)], textwrap.indent(textwrap.dedent(text[start + len(TRY):end]), "    ")
+    return text[start : end + len(FINALLY)], textwrap.indent(textwrap.dedent(text[start + len(TRY) : end]), "    ")
 
 
 DOCSTRING = {reference: _docstring(reference) for reference in (LR, MNIST)}
@@ -66,24 +67,34 @@ DOCSTRING = {reference: _docstring(reference) for reference in (LR, MNIST)}
 # Lines of solutions/linear_regression_ddp.py that several entries edit.
 TRY = "    try:\n"
 FINALLY = "    finally:\n        dist.destroy_process_group()  # (5) Leave the group, even after an error.\n"
-SAMPLER = ("        # (2) Each rank reads its own share of the data.\n"
-           "        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True)\n"
-           "        loader = DataLoader(dataset, batch_size=BATCH_SIZE, sampler=sampler)\n")
+SAMPLER = (
+    "        # (2) Each rank reads its own share of the data.\n"
+    "        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True)\n"
+    "        loader = DataLoader(dataset, batch_size=BATCH_SIZE, sampler=sampler)\n"
+)
 SHUFFLED_LOADER = "        loader = DataLoader(dataset, batch_size=BATCH_SIZE, shuffle=True)\n"
 DDP_COMMENT = "        # (3) DDP keeps the copies of the model equal by averaging gradients.\n"
 DDP_WRAP = '        model = DDP(model, device_ids=[rank] if device.type == "cuda" else None)\n'
 SET_EPOCH = "            sampler.set_epoch(epoch)  # a new shuffle every epoch\n"
 SAVE = "                save_checkpoint(model, optimizer, epoch, loss)\n"
-LOG_EVERY_5 = ('            if rank == 0 and (epoch + 1) % SAVE_EVERY == 0:\n'
-               '                print(f"epoch {epoch + 1:3d}  loss {loss:.4f}")\n')
+LOG_EVERY_5 = (
+    "            if rank == 0 and (epoch + 1) % SAVE_EVERY == 0:\n"
+    '                print(f"epoch {epoch + 1:3d}  loss {loss:.4f}")\n'
+)
 
 NO_SET_EPOCH = (SET_EPOCH, "")
 NO_DDP = (DDP_WRAP, "")
 STATE_OF_WRAPPER = ('model.module.state_dict(),  # no "module." prefix', "model.state_dict(),")
-WEIGHTS_OF_PLAIN_MODEL = ("model.module.weight.item(), model.module.bias.item()", "model.weight.item(), model.bias.item()")
-EVERY_RANK_SAVES = (LOG_EVERY_5, '            if (epoch + 1) % SAVE_EVERY == 0:\n'
-                                 '                if rank == 0:\n'
-                                 '                    print(f"epoch {epoch + 1:3d}  loss {loss:.4f}")\n')
+WEIGHTS_OF_PLAIN_MODEL = (
+    "model.module.weight.item(), model.module.bias.item()",
+    "model.weight.item(), model.bias.item()",
+)
+EVERY_RANK_SAVES = (
+    LOG_EVERY_5,
+    "            if (epoch + 1) % SAVE_EVERY == 0:\n"
+    "                if rank == 0:\n"
+    '                    print(f"epoch {epoch + 1:3d}  loss {loss:.4f}")\n',
+)
 
 
 def entry(name: str, reference: Path, what: str, *edits: Edit) -> Submission:
@@ -92,178 +103,286 @@ def entry(name: str, reference: Path, what: str, *edits: Edit) -> Submission:
 
 CATALOGUE = [
     # Correct variants.
-    entry("linear_regression/seed_per_rank", LR,
-          "Correct: each rank seeds torch with its rank before building the model, so the\n"
-          "initial weights differ, but DDP broadcasts rank 0's weights when it wraps the\n"
-          "model. The data set has its own generator, so it is the same on every rank.",
-          ("        model = nn.Linear(1, 1).to(device)\n",
-           "        torch.manual_seed(rank)  # different initial weights; DDP copies rank 0's\n"
-           "        model = nn.Linear(1, 1).to(device)\n")),
-    entry("linear_regression/no_shuffle", LR,
-          "Correct: the DistributedSampler does not shuffle (shuffle=False), so there is\n"
-          "no order to renew and set_epoch is not needed.",
-          ("rank=rank, shuffle=True)", "rank=rank, shuffle=False)"), NO_SET_EPOCH),
-    entry("linear_regression/sampler_default_args", LR,
-          "Correct: DistributedSampler(dataset) without num_replicas and rank, which it\n"
-          "then reads from the process group (shuffle=True is its default).",
-          ("DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True)", "DistributedSampler(dataset)")),
-
+    entry(
+        "linear_regression/seed_per_rank",
+        LR,
+        "Correct: each rank seeds torch with its rank before building the model, so the\n"
+        "initial weights differ, but DDP broadcasts rank 0's weights when it wraps the\n"
+        "model. The data set has its own generator, so it is the same on every rank.",
+        (
+            "        model = nn.Linear(1, 1).to(device)\n",
+            "        torch.manual_seed(rank)  # different initial weights; DDP copies rank 0's\n"
+            "        model = nn.Linear(1, 1).to(device)\n",
+        ),
+    ),
+    entry(
+        "linear_regression/no_shuffle",
+        LR,
+        "Correct: the DistributedSampler does not shuffle (shuffle=False), so there is\n"
+        "no order to renew and set_epoch is not needed.",
+        ("rank=rank, shuffle=True)", "rank=rank, shuffle=False)"),
+        NO_SET_EPOCH,
+    ),
+    entry(
+        "linear_regression/sampler_default_args",
+        LR,
+        "Correct: DistributedSampler(dataset) without num_replicas and rank, which it\n"
+        "then reads from the process group (shuffle=True is its default).",
+        (
+            "DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True)",
+            "DistributedSampler(dataset)",
+        ),
+    ),
     # (1) process group
-    entry("linear_regression/hardcoded_world_size", LR,
-          "Mistake: the process group is created with world_size=2 hard-coded instead of\n"
-          "the world_size that main receives.",
-          ('"gloo", rank=rank, world_size=world_size', '"gloo", rank=rank, world_size=2')),
-    entry("linear_regression/nccl_on_cpu", LR,
-          "Mistake: the process group always uses the nccl backend (copied from a GPU\n"
-          "tutorial), which cannot work on a machine without a GPU per rank.",
-          ("    if torch.cuda.is_available():\n"
-           "        torch.cuda.set_device(rank)\n"
-           '        dist.init_process_group("nccl", rank=rank, world_size=world_size)\n'
-           "    else:\n"
-           '        dist.init_process_group("gloo", rank=rank, world_size=world_size)\n',
-           '    dist.init_process_group("nccl", rank=rank, world_size=world_size)\n')),
-
+    entry(
+        "linear_regression/hardcoded_world_size",
+        LR,
+        "Mistake: the process group is created with world_size=2 hard-coded instead of\n"
+        "the world_size that main receives.",
+        ('"gloo", rank=rank, world_size=world_size', '"gloo", rank=rank, world_size=2'),
+    ),
+    entry(
+        "linear_regression/nccl_on_cpu",
+        LR,
+        "Mistake: the process group always uses the nccl backend (copied from a GPU\n"
+        "tutorial), which cannot work on a machine without a GPU per rank.",
+        (
+            "    if torch.cuda.is_available():\n"
+            "        torch.cuda.set_device(rank)\n"
+            '        dist.init_process_group("nccl", rank=rank, world_size=world_size)\n'
+            "    else:\n"
+            '        dist.init_process_group("gloo", rank=rank, world_size=world_size)\n',
+            '    dist.init_process_group("nccl", rank=rank, world_size=world_size)\n',
+        ),
+    ),
     # (2) the data
-    entry("linear_regression/no_sampler", LR,
-          "Mistake: no DistributedSampler. The DataLoader shuffles the whole data set\n"
-          "(shuffle=True) on every rank, so each rank trains on all 1000 samples and the\n"
-          "work is done world_size times over.",
-          (SAMPLER, SHUFFLED_LOADER), NO_SET_EPOCH),
-    entry("linear_regression/sampler_wrong_rank", LR,
-          "Mistake: the DistributedSampler is told it is the only replica\n"
-          "(num_replicas=1, rank=0 hard-coded), so every rank reads every sample.",
-          ("num_replicas=world_size, rank=rank", "num_replicas=1, rank=0")),
-    entry("linear_regression/sampler_unused", LR,
-          "Mistake: the DistributedSampler is created (and even gets set_epoch) but is\n"
-          "never passed to the DataLoader, which shuffles the whole data set itself.",
-          ("batch_size=BATCH_SIZE, sampler=sampler)", "batch_size=BATCH_SIZE, shuffle=True)")),
-    entry("linear_regression/no_set_epoch", LR,
-          "Mistake: sampler.set_epoch(epoch) is never called, so the DistributedSampler\n"
-          "hands every rank the same shuffle in every epoch.",
-          NO_SET_EPOCH),
-    entry("linear_regression/data_seed_is_rank", LR,
-          "Mistake: each rank builds its data set with its own seed (make_dataset(seed=rank)),\n"
-          "so the ranks hold different data sets.",
-          ("dataset = make_dataset()", "dataset = make_dataset(seed=rank)")),
-    entry("linear_regression/unseeded_data", LR,
-          "Mistake: the data are drawn with NumPy's global random generator and no seed.\n"
-          "Each process seeds NumPy from the operating system, so every rank builds a\n"
-          "different data set: the sampler's distinct indices point into different data.",
-          ("import torch\n", "import numpy as np\nimport torch\n"),
-          ("def make_dataset(n_samples=N_SAMPLES, seed=0):\n"
-           '    """The seed makes every rank build exactly the same data set."""\n'
-           "    generator = torch.Generator().manual_seed(seed)\n"
-           "    x = torch.rand(n_samples, 1, generator=generator) * 2 - 1\n"
-           "    noise = 0.1 * torch.randn(n_samples, 1, generator=generator)\n",
-           "def make_dataset(n_samples=N_SAMPLES):\n"
-           "    x = torch.from_numpy(np.random.rand(n_samples, 1).astype(np.float32)) * 2 - 1\n"
-           "    noise = 0.1 * torch.from_numpy(np.random.randn(n_samples, 1).astype(np.float32))\n")),
-    entry("mnist/no_sampler", MNIST,
-          "Mistake: no DistributedSampler. Each rank's DataLoader shuffles all of MNIST\n"
-          "(shuffle=True), so every rank trains on every image.",
-          ("    sampler = DistributedSampler(trainset, num_replicas=world_size, rank=rank, shuffle=True)\n"
-           "    return DataLoader(trainset, batch_size=batch_size, sampler=sampler)\n",
-           "    return DataLoader(trainset, batch_size=batch_size, shuffle=True)\n"),
-          ("            loader.sampler.set_epoch(epoch)  # a new shuffle every epoch\n", "")),
-
+    entry(
+        "linear_regression/no_sampler",
+        LR,
+        "Mistake: no DistributedSampler. The DataLoader shuffles the whole data set\n"
+        "(shuffle=True) on every rank, so each rank trains on all 1000 samples and the\n"
+        "work is done world_size times over.",
+        (SAMPLER, SHUFFLED_LOADER),
+        NO_SET_EPOCH,
+    ),
+    entry(
+        "linear_regression/sampler_wrong_rank",
+        LR,
+        "Mistake: the DistributedSampler is told it is the only replica\n"
+        "(num_replicas=1, rank=0 hard-coded), so every rank reads every sample.",
+        ("num_replicas=world_size, rank=rank", "num_replicas=1, rank=0"),
+    ),
+    entry(
+        "linear_regression/sampler_unused",
+        LR,
+        "Mistake: the DistributedSampler is created (and even gets set_epoch) but is\n"
+        "never passed to the DataLoader, which shuffles the whole data set itself.",
+        ("batch_size=BATCH_SIZE, sampler=sampler)", "batch_size=BATCH_SIZE, shuffle=True)"),
+    ),
+    entry(
+        "linear_regression/no_set_epoch",
+        LR,
+        "Mistake: sampler.set_epoch(epoch) is never called, so the DistributedSampler\n"
+        "hands every rank the same shuffle in every epoch.",
+        NO_SET_EPOCH,
+    ),
+    entry(
+        "linear_regression/data_seed_is_rank",
+        LR,
+        "Mistake: each rank builds its data set with its own seed (make_dataset(seed=rank)),\n"
+        "so the ranks hold different data sets.",
+        ("dataset = make_dataset()", "dataset = make_dataset(seed=rank)"),
+    ),
+    entry(
+        "linear_regression/unseeded_data",
+        LR,
+        "Mistake: the data are drawn with NumPy's global random generator and no seed.\n"
+        "Each process seeds NumPy from the operating system, so every rank builds a\n"
+        "different data set: the sampler's distinct indices point into different data.",
+        ("import torch\n", "import numpy as np\nimport torch\n"),
+        (
+            "def make_dataset(n_samples=N_SAMPLES, seed=0):\n"
+            '    """The seed makes every rank build exactly the same data set."""\n'
+            "    generator = torch.Generator().manual_seed(seed)\n"
+            "    x = torch.rand(n_samples, 1, generator=generator) * 2 - 1\n"
+            "    noise = 0.1 * torch.randn(n_samples, 1, generator=generator)\n",
+            "def make_dataset(n_samples=N_SAMPLES):\n"
+            "    x = torch.from_numpy(np.random.rand(n_samples, 1).astype(np.float32)) * 2 - 1\n"
+            "    noise = 0.1 * torch.from_numpy(np.random.randn(n_samples, 1).astype(np.float32))\n",
+        ),
+    ),
+    entry(
+        "mnist/no_sampler",
+        MNIST,
+        "Mistake: no DistributedSampler. Each rank's DataLoader shuffles all of MNIST\n"
+        "(shuffle=True), so every rank trains on every image.",
+        (
+            "    sampler = DistributedSampler(trainset, num_replicas=world_size, rank=rank, shuffle=True)\n"
+            "    return DataLoader(trainset, batch_size=batch_size, sampler=sampler)\n",
+            "    return DataLoader(trainset, batch_size=batch_size, shuffle=True)\n",
+        ),
+        ("            loader.sampler.set_epoch(epoch)  # a new shuffle every epoch\n", ""),
+    ),
     # (3) the model
-    entry("linear_regression/no_ddp", LR,
-          "Mistake: only the process group was added; there is no DistributedSampler and\n"
-          "no DDP wrapper. Every rank trains its own model on all the data. With the same\n"
-          "initial weights and the same shuffle the copies happen to stay equal, but each\n"
-          "rank repeats the others' work and no gradient is ever averaged.",
-          STATE_OF_WRAPPER, (SAMPLER + DDP_COMMENT, SHUFFLED_LOADER), NO_DDP, NO_SET_EPOCH, WEIGHTS_OF_PLAIN_MODEL),
-    entry("linear_regression/no_ddp_with_sampler", LR,
-          "Mistake: the DistributedSampler splits the data, but the model is not wrapped\n"
-          "in DDP. Each rank fits its own half of the data and nothing averages the\n"
-          "gradients, so the ranks' weights drift apart.",
-          STATE_OF_WRAPPER, (DDP_COMMENT, ""), NO_DDP, WEIGHTS_OF_PLAIN_MODEL),
-    entry("linear_regression/ddp_module_forward", LR,
-          "Mistake: the forward pass calls the wrapped module, model.module(x), instead\n"
-          "of the DDP model. DDP's forward never runs, so the gradients are not averaged\n"
-          "and the ranks' weights drift apart.",
-          ("loss_fn(model(x), y)", "loss_fn(model.module(x), y)")),
-    entry("linear_regression/optimizer_on_other_model", LR,
-          "Mistake: the optimizer is built from the parameters of a second nn.Linear\n"
-          "(a leftover of the serial script), not from the DDP model. The optimizer\n"
-          "steps, but the model that is trained never changes.",
-          ("SGD(model.parameters()", "SGD(nn.Linear(1, 1).to(device).parameters()")),
-    entry("linear_regression/no_optimizer_step", LR,
-          "Mistake: optimizer.step() was left out of the training loop, so the gradients\n"
-          "are computed (and averaged) but the weights never change.",
-          ("        optimizer.step()\n", "")),
-    entry("linear_regression/zero_learning_rate", LR,
-          "Mistake: the learning rate is 0, so every optimizer step leaves the weights\n"
-          "where they were.",
-          ("LEARNING_RATE = 0.1", "LEARNING_RATE = 0.0")),
-
+    entry(
+        "linear_regression/no_ddp",
+        LR,
+        "Mistake: only the process group was added; there is no DistributedSampler and\n"
+        "no DDP wrapper. Every rank trains its own model on all the data. With the same\n"
+        "initial weights and the same shuffle the copies happen to stay equal, but each\n"
+        "rank repeats the others' work and no gradient is ever averaged.",
+        STATE_OF_WRAPPER,
+        (SAMPLER + DDP_COMMENT, SHUFFLED_LOADER),
+        NO_DDP,
+        NO_SET_EPOCH,
+        WEIGHTS_OF_PLAIN_MODEL,
+    ),
+    entry(
+        "linear_regression/no_ddp_with_sampler",
+        LR,
+        "Mistake: the DistributedSampler splits the data, but the model is not wrapped\n"
+        "in DDP. Each rank fits its own half of the data and nothing averages the\n"
+        "gradients, so the ranks' weights drift apart.",
+        STATE_OF_WRAPPER,
+        (DDP_COMMENT, ""),
+        NO_DDP,
+        WEIGHTS_OF_PLAIN_MODEL,
+    ),
+    entry(
+        "linear_regression/ddp_module_forward",
+        LR,
+        "Mistake: the forward pass calls the wrapped module, model.module(x), instead\n"
+        "of the DDP model. DDP's forward never runs, so the gradients are not averaged\n"
+        "and the ranks' weights drift apart.",
+        ("loss_fn(model(x), y)", "loss_fn(model.module(x), y)"),
+    ),
+    entry(
+        "linear_regression/optimizer_on_other_model",
+        LR,
+        "Mistake: the optimizer is built from the parameters of a second nn.Linear\n"
+        "(a leftover of the serial script), not from the DDP model. The optimizer\n"
+        "steps, but the model that is trained never changes.",
+        ("SGD(model.parameters()", "SGD(nn.Linear(1, 1).to(device).parameters()"),
+    ),
+    entry(
+        "linear_regression/no_optimizer_step",
+        LR,
+        "Mistake: optimizer.step() was left out of the training loop, so the gradients\n"
+        "are computed (and averaged) but the weights never change.",
+        ("        optimizer.step()\n", ""),
+    ),
+    entry(
+        "linear_regression/zero_learning_rate",
+        LR,
+        "Mistake: the learning rate is 0, so every optimizer step leaves the weights\nwhere they were.",
+        ("LEARNING_RATE = 0.1", "LEARNING_RATE = 0.0"),
+    ),
     # (4) rank 0 writes
-    entry("linear_regression/all_ranks_save", LR,
-          "Mistake: every rank saves the checkpoint, not only rank 0: all ranks write the\n"
-          "same file at the same time.",
-          EVERY_RANK_SAVES),
-    entry("linear_regression/per_rank_checkpoints", LR,
-          "Mistake: every rank saves a checkpoint, not only rank 0, each to a file\n"
-          "named after its rank: world_size copies of the same weights.",
-          ('CHECKPOINT = "linear_regression.pt"', 'CHECKPOINT = "linear_regression_rank{}.pt"'),
-          ("        CHECKPOINT,\n", "        CHECKPOINT.format(dist.get_rank()),\n"), EVERY_RANK_SAVES),
-    entry("linear_regression/no_checkpoint", LR,
-          "Mistake: the checkpoint is never saved (the save_checkpoint call is missing).",
-          (SAVE, "")),
-    entry("linear_regression/module_prefix", LR,
-          "Mistake: the checkpoint holds model.state_dict() of the DDP wrapper, whose keys\n"
-          'start with "module.", so it does not load into a plain nn.Linear.',
-          STATE_OF_WRAPPER),
-    entry("linear_regression/whole_model_saved", LR,
-          "Mistake: the checkpoint is the whole model object, torch.save(model.module),\n"
-          "instead of its state dict: loading it needs this file's classes and pickled code.",
-          ("    torch.save(\n"
-           "        {\n"
-           '            "epoch": epoch,\n'
-           '            "model_state_dict": model.module.state_dict(),  # no "module." prefix\n'
-           '            "optimizer_state_dict": optimizer.state_dict(),\n'
-           '            "loss": loss,\n'
-           "        },\n"
-           "        CHECKPOINT,\n"
-           "    )\n",
-           "    torch.save(model.module, CHECKPOINT)\n")),
-    entry("mnist/module_prefix", MNIST,
-          "Mistake: the checkpoint holds model.state_dict() of the DDP wrapper, whose keys\n"
-          'start with "module.", so it does not load into a plain Net.',
-          ('"model_state_dict": model.module.state_dict()}', '"model_state_dict": model.state_dict()}')),
-    entry("linear_regression/all_ranks_print", LR,
-          "Mistake: every rank prints the training log, so it appears world_size times.",
-          ("if rank == 0 and (epoch + 1)", "if (epoch + 1)"),
-          (SAVE, "                if rank == 0:\n    " + SAVE),
-          ("        if rank == 0:\n            weight, bias = ", "        weight, bias = "),
-          ('            print(f"learned y', '        print(f"learned y')),
-    entry("linear_regression/log_file_every_rank", LR,
-          "Mistake: every rank appends its loss to a log file, not only rank 0, so the\n"
-          "log holds each epoch world_size times.",
-          ("            # (4) Only rank 0 prints and saves.\n",
-           '            with open("training.log", "a") as log:\n'
-           '                log.write(f"epoch {epoch + 1} loss {loss:.4f}\\n")\n'
-           "            # (4) Only rank 0 prints and saves.\n")),
-
+    entry(
+        "linear_regression/all_ranks_save",
+        LR,
+        "Mistake: every rank saves the checkpoint, not only rank 0: all ranks write the\nsame file at the same time.",
+        EVERY_RANK_SAVES,
+    ),
+    entry(
+        "linear_regression/per_rank_checkpoints",
+        LR,
+        "Mistake: every rank saves a checkpoint, not only rank 0, each to a file\n"
+        "named after its rank: world_size copies of the same weights.",
+        ('CHECKPOINT = "linear_regression.pt"', 'CHECKPOINT = "linear_regression_rank{}.pt"'),
+        ("        CHECKPOINT,\n", "        CHECKPOINT.format(dist.get_rank()),\n"),
+        EVERY_RANK_SAVES,
+    ),
+    entry(
+        "linear_regression/no_checkpoint",
+        LR,
+        "Mistake: the checkpoint is never saved (the save_checkpoint call is missing).",
+        (SAVE, ""),
+    ),
+    entry(
+        "linear_regression/module_prefix",
+        LR,
+        "Mistake: the checkpoint holds model.state_dict() of the DDP wrapper, whose keys\n"
+        'start with "module.", so it does not load into a plain nn.Linear.',
+        STATE_OF_WRAPPER,
+    ),
+    entry(
+        "linear_regression/whole_model_saved",
+        LR,
+        "Mistake: the checkpoint is the whole model object, torch.save(model.module),\n"
+        "instead of its state dict: loading it needs this file's classes and pickled code.",
+        (
+            "    torch.save(\n"
+            "        {\n"
+            '            "epoch": epoch,\n'
+            '            "model_state_dict": model.module.state_dict(),  # no "module." prefix\n'
+            '            "optimizer_state_dict": optimizer.state_dict(),\n'
+            '            "loss": loss,\n'
+            "        },\n"
+            "        CHECKPOINT,\n"
+            "    )\n",
+            "    torch.save(model.module, CHECKPOINT)\n",
+        ),
+    ),
+    entry(
+        "mnist/module_prefix",
+        MNIST,
+        "Mistake: the checkpoint holds model.state_dict() of the DDP wrapper, whose keys\n"
+        'start with "module.", so it does not load into a plain Net.',
+        ('"model_state_dict": model.module.state_dict()}', '"model_state_dict": model.state_dict()}'),
+    ),
+    entry(
+        "linear_regression/all_ranks_print",
+        LR,
+        "Mistake: every rank prints the training log, so it appears world_size times.",
+        ("if rank == 0 and (epoch + 1)", "if (epoch + 1)"),
+        (SAVE, "                if rank == 0:\n    " + SAVE),
+        ("        if rank == 0:\n            weight, bias = ", "        weight, bias = "),
+        ('            print(f"learned y', '        print(f"learned y'),
+    ),
+    entry(
+        "linear_regression/log_file_every_rank",
+        LR,
+        "Mistake: every rank appends its loss to a log file, not only rank 0, so the\n"
+        "log holds each epoch world_size times.",
+        (
+            "            # (4) Only rank 0 prints and saves.\n",
+            '            with open("training.log", "a") as log:\n'
+            '                log.write(f"epoch {epoch + 1} loss {loss:.4f}\\n")\n'
+            "            # (4) Only rank 0 prints and saves.\n",
+        ),
+    ),
     # (5) clean up
-    entry("linear_regression/no_destroy", LR,
-          "Mistake: main returns without dist.destroy_process_group().",
-          _out_of_try(LR)),
-
+    entry(
+        "linear_regression/no_destroy",
+        LR,
+        "Mistake: main returns without dist.destroy_process_group().",
+        _out_of_try(LR),
+    ),
     # For tests/test_robustness.py: correct programs that stress the grader.
-    entry("robustness/hardcoded_port", LR,
-          "A correct DDP program that hard-codes MASTER_PORT=12355, like the tutorial.\n\n"
-          "Several gradings of it on one machine at once must all succeed.",
-          ('    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")\n'
-           '    os.environ.setdefault("MASTER_PORT", "29500")\n',
-           '    os.environ["MASTER_ADDR"] = "localhost"\n'
-           '    os.environ["MASTER_PORT"] = "12355"  # the same port for every run, as in the tutorial\n')),
-    entry("robustness/prints_megabytes", LR,
-          "A correct DDP program that prints about 20 MB on every rank.",
-          ("        for epoch in range(EPOCHS):\n",
-           "        for line in range(20_000):  # about 20 MB of output per rank\n"
-           '            print(f"{line:6d} " + "chatter " * 124)\n'
-           "        for epoch in range(EPOCHS):\n")),
+    entry(
+        "robustness/hardcoded_port",
+        LR,
+        "A correct DDP program that hard-codes MASTER_PORT=12355, like the tutorial.\n\n"
+        "Several gradings of it on one machine at once must all succeed.",
+        (
+            '    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")\n'
+            '    os.environ.setdefault("MASTER_PORT", "29500")\n',
+            '    os.environ["MASTER_ADDR"] = "localhost"\n'
+            '    os.environ["MASTER_PORT"] = "12355"  # the same port for every run, as in the tutorial\n',
+        ),
+    ),
+    entry(
+        "robustness/prints_megabytes",
+        LR,
+        "A correct DDP program that prints about 20 MB on every rank.",
+        (
+            "        for epoch in range(EPOCHS):\n",
+            "        for line in range(20_000):  # about 20 MB of output per rank\n"
+            '            print(f"{line:6d} " + "chatter " * 124)\n'
+            "        for epoch in range(EPOCHS):\n",
+        ),
+    ),
 ]
 
 SUBMISSIONS = {submission.name: submission for submission in CATALOGUE}

@@ -6,6 +6,7 @@ reads the check's report in the cell output; then presses nbgrader's
 Validate button, which must agree with the check. Screenshots are saved
 under artifacts/browser/.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,9 +21,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
-from autograder.checks import CHECKS
 from conftest import ROOT
+
+from autograder.judge.checks import CHECKS
 
 pytestmark = pytest.mark.browser
 
@@ -33,8 +34,15 @@ ARTIFACTS = ROOT / "artifacts" / "browser"
 SOLUTION_CELL = "linear_regression_program"
 CHECK_CELL = "check_program"
 # The flags this machine's closed network needs (refused background connections otherwise).
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"]
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 SAMPLER_LINES = (
     "        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True)\n",
     "        loader = DataLoader(dataset, batch_size=BATCH_SIZE, sampler=sampler)\n",
@@ -49,15 +57,19 @@ def solution_text() -> str:
     """What a student who got it right types: the instructor's solution cell, without nbgrader's markers."""
     notebook = nbformat.read(SOURCE_NOTEBOOK, as_version=4)
     cell = next(c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade_id") == SOLUTION_CELL)
-    return "".join(line for line in cell.source.splitlines(keepends=True) if "### BEGIN SOLUTION" not in line
-                   and "### END SOLUTION" not in line)
+    return "".join(
+        line
+        for line in cell.source.splitlines(keepends=True)
+        if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line
+    )
 
 
 def without_sampler(text: str) -> str:
     """The classic mistake: a plain shuffling DataLoader, no DistributedSampler."""
     assert all(line in text for line in SAMPLER_LINES), "the solution cell changed; update SAMPLER_LINES"
     text = text.replace(SAMPLER_LINES[0], "").replace(
-        SAMPLER_LINES[1], "        loader = DataLoader(dataset, batch_size=BATCH_SIZE, shuffle=True)\n")
+        SAMPLER_LINES[1], "        loader = DataLoader(dataset, batch_size=BATCH_SIZE, shuffle=True)\n"
+    )
     return "\n".join(line for line in text.splitlines() if "set_epoch" not in line) + "\n"
 
 
@@ -81,12 +93,31 @@ def jupyterlab(tmp_path_factory):
         (settings / extension).mkdir(parents=True)
         (settings / extension / f"{name}.jupyterlab-settings").write_text(json.dumps(values))
     port, token = free_port(), "browser-test"
-    env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(root / ".settings"),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {
+        **os.environ,
+        "JUPYTERLAB_SETTINGS_DIR": str(root / ".settings"),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
     log = open(root / "jupyterlab.log", "w")
-    server = subprocess.Popen([sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-                               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--allow-root",
-                               "--LabApp.news_url="], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "lab",
+            "--no-browser",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root}",
+            "--allow-root",
+            "--LabApp.news_url=",
+        ],
+        cwd=root,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
     while True:
@@ -143,7 +174,9 @@ def work_as_student(browser, jupyterlab, name: str, program: str):
 
 def validate(page) -> str:
     """Press nbgrader's Validate button and return what its dialog says."""
-    page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-NotebookPanel-toolbar [title='Validate Assignment']").click()
+    page.locator(
+        ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-NotebookPanel-toolbar [title='Validate Assignment']"
+    ).click()
     dialog = page.locator(".jp-Dialog-content", has_text="Validation Results")
     dialog.wait_for(timeout=300_000)  # validation runs the notebook again, in a new kernel
     text = dialog.inner_text()
@@ -153,7 +186,9 @@ def validate(page) -> str:
 
 def statuses(check_cell) -> dict[str, str]:
     rows = check_cell.locator("tr[data-check]")
-    return {rows.nth(i).get_attribute("data-check"): rows.nth(i).get_attribute("data-status") for i in range(rows.count())}
+    return {
+        rows.nth(i).get_attribute("data-check"): rows.nth(i).get_attribute("data-status") for i in range(rows.count())
+    }
 
 
 def shoot(page, check_cell, name: str) -> None:

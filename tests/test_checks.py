@@ -7,16 +7,17 @@ the test.
 
 Runs use gloo, so the table holds on a machine with GPUs too.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pytest
-
 import mistakes
-from autograder import grade
-from autograder.checks import CHECKS
+import pytest
 from conftest import SOLUTIONS, failed_ids
+
+from autograder import grade
+from autograder.judge.checks import CHECKS
 
 LR, MNIST = "linear_regression", "mnist"
 REFERENCES = {LR: SOLUTIONS / "linear_regression_ddp.py", MNIST: SOLUTIONS / "mnist_ddp.py"}
@@ -72,36 +73,63 @@ TABLE = [
     case(MNIST, "reference", 2),
     case(MNIST, "reference", 3),
     case(MNIST, "reference", 4),
-
     # (1) process group
-    case(LR, "hardcoded_world_size", 3, skipped=(), **stopped_early(
-        process_group="world_size=2, but the grader started 3 ranks")),
-    case(LR, "nccl_on_cpu", skipped=(), **stopped_early(
-        process_group=Says("asked for the nccl backend", hint="'nccl' if torch.cuda.is_available() else 'gloo'"))),
-
+    case(
+        LR,
+        "hardcoded_world_size",
+        3,
+        skipped=(),
+        **stopped_early(process_group="world_size=2, but the grader started 3 ranks"),
+    ),
+    case(
+        LR,
+        "nccl_on_cpu",
+        skipped=(),
+        **stopped_early(
+            process_group=Says("asked for the nccl backend", hint="'nccl' if torch.cuda.is_available() else 'gloo'")
+        ),
+    ),
     # (2) the data
     case(LR, "no_sampler", skipped=WITHOUT_SAMPLER, distributed_sampler="without a DistributedSampler"),
     case(LR, "sampler_wrong_rank", distributed_sampler="set up as rank 0 of 1, not rank 0 of 2"),
-    case(LR, "sampler_unused", skipped=WITHOUT_SAMPLER,
-         distributed_sampler=Says("never drew from it", hint="sampler=sampler")),
+    case(
+        LR,
+        "sampler_unused",
+        skipped=WITHOUT_SAMPLER,
+        distributed_sampler=Says("never drew from it", hint="sampler=sampler"),
+    ),
     case(LR, "no_set_epoch", set_epoch=Says("set_epoch was never called", hint="sampler.set_epoch(epoch)")),
     case(LR, "data_seed_is_rank", same_dataset="data differ from rank 0's"),
     case(LR, "unseeded_data", same_dataset="data differ from rank 0's"),
     case(MNIST, "no_sampler", skipped=WITHOUT_SAMPLER, distributed_sampler="without a DistributedSampler"),
-
     # (3) the model
-    case(LR, "no_ddp", skipped=WITHOUT_SAMPLER,  # same seed, same shuffle: the copies happen to stay equal
-         distributed_sampler="without a DistributedSampler", ddp_wrapped="not wrapped in DistributedDataParallel"),
-    case(LR, "no_ddp_with_sampler",
-         ddp_wrapped="not wrapped in DistributedDataParallel", weights_in_sync="weights differ"),
-    case(LR, "ddp_module_forward",
-         ddp_wrapped=Says("never called the wrapper", hint="pred = model(x)"), weights_in_sync="weights differ"),
-    case(LR, "optimizer_on_other_model",
-         ddp_wrapped="2 of the 2 parameters the optimizer updates are not in the DDP model",
-         training="weights did not change"),
+    case(
+        LR,
+        "no_ddp",
+        skipped=WITHOUT_SAMPLER,  # same seed, same shuffle: the copies happen to stay equal
+        distributed_sampler="without a DistributedSampler",
+        ddp_wrapped="not wrapped in DistributedDataParallel",
+    ),
+    case(
+        LR,
+        "no_ddp_with_sampler",
+        ddp_wrapped="not wrapped in DistributedDataParallel",
+        weights_in_sync="weights differ",
+    ),
+    case(
+        LR,
+        "ddp_module_forward",
+        ddp_wrapped=Says("never called the wrapper", hint="pred = model(x)"),
+        weights_in_sync="weights differ",
+    ),
+    case(
+        LR,
+        "optimizer_on_other_model",
+        ddp_wrapped="2 of the 2 parameters the optimizer updates are not in the DDP model",
+        training="weights did not change",
+    ),
     case(LR, "no_optimizer_step", training="never called optimizer.step()"),
     case(LR, "zero_learning_rate", training=Says("weights did not change", hint="learning rate")),
-
     # (4) rank 0 writes
     case(LR, "all_ranks_save", rank0_checkpoint="Rank 1 also saved a checkpoint"),
     case(LR, "per_rank_checkpoints", rank0_checkpoint="Rank 1 also saved a checkpoint (linear_regression_rank1.pt)"),
@@ -111,14 +139,17 @@ TABLE = [
     case(MNIST, "module_prefix", checkpoint_loadable=Says("start with 'module.'", hint="model.module.state_dict()")),
     case(LR, "all_ranks_print", rank0_logs=Says("the training log appears 2 times", hint="if rank == 0")),
     case(LR, "log_file_every_rank", rank0_logs=Says("Rank 1 wrote training.log", hint="if rank == 0")),
-
     # (5) clean up
     case(LR, "no_destroy", cleanup=Says("without destroying its process group", hint="dist.destroy_process_group()")),
 ]
 
 
 CASES = [pytest.param(row, id=row.id) for row in TABLE]
-MESSAGES = [pytest.param(row, check_id, says, id=f"{row.id}-{check_id}") for row in TABLE for check_id, says in row.failed.items()]
+MESSAGES = [
+    pytest.param(row, check_id, says, id=f"{row.id}-{check_id}")
+    for row in TABLE
+    for check_id, says in row.failed.items()
+]
 
 
 @pytest.fixture(scope="module")
@@ -130,8 +161,11 @@ def graded(tmp_path_factory):
     def report(row: Case):
         key = (row.submission, row.exercise, row.world_size)
         if key not in reports:
-            path = (REFERENCES[row.exercise] if row.submission == "reference" else
-                    mistakes.write_submission(f"{row.exercise}/{row.submission}", folder / row.exercise))
+            path = (
+                REFERENCES[row.exercise]
+                if row.submission == "reference"
+                else mistakes.write_submission(f"{row.exercise}/{row.submission}", folder / row.exercise)
+            )
             reports[key] = grade(path, row.exercise, world_size=row.world_size, backend="gloo")
         return reports[key]
 

@@ -1,30 +1,66 @@
 """The command line's contract: exit statuses, the JSON report's fields,
 and clear errors for input that cannot be graded at all."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
+from conftest import SOLUTIONS, run_cli
 
 from autograder.__main__ import main
-from conftest import SOLUTIONS, run_cli
 
 
 def test_a_correct_submission_exits_0_with_the_json_contract(tmp_path):
     report_path = tmp_path / "report.json"
-    result = run_cli("check", str(SOLUTIONS / "linear_regression_ddp.py"), "--exercise", "linear_regression", "--json", str(report_path))
+    result = run_cli(
+        "check",
+        str(SOLUTIONS / "linear_regression_ddp.py"),
+        "--exercise",
+        "linear_regression",
+        "--json",
+        str(report_path),
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(report_path.read_text())
-    assert {"exercise", "world_size", "backend", "passed", "score", "max_score", "duration_s", "error", "ranks", "checks"} <= set(report)
-    assert (report["exercise"], report["world_size"], report["backend"], report["error"]) == ("linear_regression", 2, "gloo", None)
+    assert {
+        "exercise",
+        "world_size",
+        "backend",
+        "passed",
+        "score",
+        "max_score",
+        "duration_s",
+        "error",
+        "ranks",
+        "checks",
+    } <= set(report)
+    assert (report["exercise"], report["world_size"], report["backend"], report["error"]) == (
+        "linear_regression",
+        2,
+        "gloo",
+        None,
+    )
     assert report["passed"] and report["score"] == report["max_score"] > 0
     assert {"rank", "exit_code", "error", "output"} <= set(report["ranks"][0])
     assert [r["exit_code"] for r in report["ranks"]] == [0, 0]
     assert "learned y = " in report["ranks"][0]["output"]
     check_ids = [c["id"] for c in report["checks"]]
     assert check_ids[:2] == ["process_group", "distributed_sampler"]
-    assert {"process_group", "distributed_sampler", "same_dataset", "set_epoch", "ddp_wrapped", "weights_in_sync", "training",
-            "rank0_checkpoint", "checkpoint_loadable", "rank0_logs", "cleanup", "gpu_device"} == set(check_ids)
+    assert {
+        "process_group",
+        "distributed_sampler",
+        "same_dataset",
+        "set_epoch",
+        "ddp_wrapped",
+        "weights_in_sync",
+        "training",
+        "rank0_checkpoint",
+        "checkpoint_loadable",
+        "rank0_logs",
+        "cleanup",
+        "gpu_device",
+    } == set(check_ids)
     for check in report["checks"]:
         assert {"id", "status", "passed", "points", "max_points", "message"} <= set(check)
         assert check["status"] in ("passed", "skipped")
@@ -32,14 +68,25 @@ def test_a_correct_submission_exits_0_with_the_json_contract(tmp_path):
     assert sum(line.startswith(("PASS", "SKIP")) for line in result.stdout.splitlines()) == len(check_ids)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["check", "nowhere/missing.py", "--exercise", "mnist"], "There is no file at nowhere/missing.py"),
-    (["check", "pyproject.toml", "--exercise", "mnist"], "neither a .py script nor a .ipynb notebook"),
-    (["check", "solutions/mnist_ddp.py", "--exercise", "mnist", "--world-size", "0"], "--world-size must be between 1 and 16"),
-    (["check", "solutions/mnist_ddp.py", "--exercise", "mnist", "--timeout", "-3"], "--timeout must be a positive number"),
-    (["check", "solutions/mnist_ddp.py", "--exercise", "mnist", "--backend", "nccl", "--world-size", "64"],
-     "--world-size must be between"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["check", "nowhere/missing.py", "--exercise", "mnist"], "There is no file at nowhere/missing.py"),
+        (["check", "pyproject.toml", "--exercise", "mnist"], "neither a .py script nor a .ipynb notebook"),
+        (
+            ["check", "solutions/mnist_ddp.py", "--exercise", "mnist", "--world-size", "0"],
+            "--world-size must be between 1 and 16",
+        ),
+        (
+            ["check", "solutions/mnist_ddp.py", "--exercise", "mnist", "--timeout", "-3"],
+            "--timeout must be a positive number",
+        ),
+        (
+            ["check", "solutions/mnist_ddp.py", "--exercise", "mnist", "--backend", "nccl", "--world-size", "64"],
+            "--world-size must be between",
+        ),
+    ],
+)
 def test_input_that_cannot_be_graded_exits_2_with_a_reason(argv, message, capsys, monkeypatch):
     monkeypatch.chdir(SOLUTIONS.parent)
     assert main(argv) == 2
@@ -51,7 +98,12 @@ def test_nccl_without_enough_gpus_cannot_grade(capsys, monkeypatch):
 
     monkeypatch.chdir(SOLUTIONS.parent)
     needed = torch.cuda.device_count() + 1
-    assert main(["check", "solutions/mnist_ddp.py", "--exercise", "mnist", "--backend", "nccl", "--world-size", str(needed)]) == 2
+    assert (
+        main(
+            ["check", "solutions/mnist_ddp.py", "--exercise", "mnist", "--backend", "nccl", "--world-size", str(needed)]
+        )
+        == 2
+    )
     assert f"--backend nccl needs {needed} GPUs, one per rank" in capsys.readouterr().err
 
 

@@ -85,9 +85,7 @@ def local_mirror(monkeypatch):
         def log_request(self, code="-", size="-"):
             requested.append(self.path)
 
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(Handler, directory=BUNDLED)
-    )
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=BUNDLED))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     # A proxy configured in the environment must not intercept localhost.

@@ -4,13 +4,14 @@ test needs; they run wherever those GPUs are visible.
 NCCL cannot put two ranks on one GPU, so an NCCL run has at most as many
 ranks as there are GPUs.
 """
+
 from __future__ import annotations
 
 import pytest
+from conftest import SOLUTIONS, failed_ids
 
 from autograder import grade
-from autograder.backend import visible_gpus
-from conftest import SOLUTIONS, failed_ids
+from autograder.launch.backend import visible_gpus
 
 GPUS = visible_gpus()
 
@@ -23,7 +24,9 @@ pytestmark = pytest.mark.gpu
 
 
 @needs_gpus(1)
-@pytest.mark.parametrize("solution, exercise", [("linear_regression_ddp.py", "linear_regression"), ("mnist_ddp.py", "mnist")])
+@pytest.mark.parametrize(
+    "solution, exercise", [("linear_regression_ddp.py", "linear_regression"), ("mnist_ddp.py", "mnist")]
+)
 def test_reference_solutions_pass_on_nccl_with_a_gpu_per_rank(solution, exercise, no_leftover_ranks):
     world_size = min(GPUS, 4)
     report = grade(SOLUTIONS / solution, exercise, world_size=world_size, backend="auto")
@@ -35,7 +38,11 @@ def test_reference_solutions_pass_on_nccl_with_a_gpu_per_rank(solution, exercise
 @needs_gpus(1)
 def test_gloo_on_a_gpu_machine_hides_the_gpus_so_the_cpu_path_runs(tmp_path, no_leftover_ranks):
     source = (SOLUTIONS / "linear_regression_ddp.py").read_text()
-    probe = source.replace("    setup(rank, world_size)\n", "    setup(rank, world_size)\n    print('cuda visible:', torch.cuda.is_available())\n", 1)
+    probe = source.replace(
+        "    setup(rank, world_size)\n",
+        "    setup(rank, world_size)\n    print('cuda visible:', torch.cuda.is_available())\n",
+        1,
+    )
     (tmp_path / "probe.py").write_text(probe)
     report = grade(tmp_path / "probe.py", "linear_regression", world_size=2, backend="gloo")
     assert report.backend == "gloo" and report.passed

@@ -9,6 +9,7 @@ Students:
     brook     tests/samples/brook: classic mistakes in every assignment
     dana      tests/samples/dana: linear_regression without a DistributedSampler
 """
+
 from __future__ import annotations
 
 import csv
@@ -22,29 +23,38 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from autograder.course import GRADED_CHECKS, max_points
-from autograder.demo import copy_course, nbgrader, submit
+from autograder.exercises import ASSIGNMENTS, by_assignment
+from autograder.judge.checks import by_id
+from tools.demo import copy_course, nbgrader, submit
 
 pytestmark = pytest.mark.nbgrader
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "tests" / "samples"
-ASSIGNMENTS = ("ddp_intro", "linear_regression", "mnist_ddp")
 TOTAL = {"ddp_intro": 7, "linear_regression": 17, "mnist_ddp": 17}
-PROGRAM = {"linear_regression": ("linear_regression_ddp.py", "linear_regression", "lr"),
-           "mnist_ddp": ("mnist_ddp.py", "mnist", "mnist")}
 SUBMISSIONS = {"perfect": ASSIGNMENTS, "blank": ASSIGNMENTS, "brook": ASSIGNMENTS, "dana": ("linear_regression",)}
+
+
+def points_of(check_id: str) -> float:
+    return by_id(check_id).points
+
 
 # The grade cells each sample fails, and nothing else.
 FAILED_CELLS = {
-    ("brook", "ddp_intro"): {"q1_effective_batch_size_test": 1,   # 512 / 4 is 128.0, a float: the hidden test
-                             "q4a_samples_per_rank_test": 1,      # forgot the padding: 3 instead of 4
-                             "q4b_rank1_indices_test": 2},
-    ("brook", "linear_regression"): {"lr_set_epoch": max_points("set_epoch"),                    # never calls set_epoch
-                                     "lr_checkpoint_loadable": max_points("checkpoint_loadable")},  # saves "module." keys
-    ("brook", "mnist_ddp"): {"mnist_rank0_checkpoint": max_points("rank0_checkpoint"),  # every rank saves ...
-                             "mnist_rank0_logs": max_points("rank0_logs")},             # ... and prints
-    ("dana", "linear_regression"): {"lr_distributed_sampler": max_points("distributed_sampler")},
+    ("brook", "ddp_intro"): {
+        "q1_effective_batch_size_test": 1,  # 512 / 4 is 128.0, a float: the hidden test
+        "q4a_samples_per_rank_test": 1,  # forgot the padding: 3 instead of 4
+        "q4b_rank1_indices_test": 2,
+    },
+    ("brook", "linear_regression"): {
+        "lr_set_epoch": points_of("set_epoch"),  # never calls set_epoch
+        "lr_checkpoint_loadable": points_of("checkpoint_loadable"),
+    },  # saves "module." keys
+    ("brook", "mnist_ddp"): {
+        "mnist_rank0_checkpoint": points_of("rank0_checkpoint"),  # every rank saves ...
+        "mnist_rank0_logs": points_of("rank0_logs"),
+    },  # ... and prints
+    ("dana", "linear_regression"): {"lr_distributed_sampler": points_of("distributed_sampler")},
 }
 
 
@@ -114,32 +124,33 @@ def test_each_failed_check_costs_exactly_its_cell(course):
                     assert lost == failed.get(grade.name, 0), (student, assignment, grade.name, grade.score)
 
 
-@pytest.mark.parametrize("assignment", sorted(PROGRAM))
+@pytest.mark.parametrize("assignment", [a for a in ASSIGNMENTS if by_assignment(a)])
 def test_one_grade_cell_per_check_with_its_points(course, assignment):
-    _, _, prefix = PROGRAM[assignment]
+    exercise = by_assignment(assignment)
     with gradebook(course) as gb:
         [notebook] = gb.find_assignment(assignment).notebooks
         cells = {cell.name: cell.max_score for cell in notebook.grade_cells}
-    assert cells == {f"{prefix}_{check_id}": max_points(check_id) for check_id in GRADED_CHECKS}
+    assert cells == {exercise.grade_id(check_id): points_of(check_id) for check_id in exercise.graded_checks}
 
 
 def test_blank_fails_every_cell_in_plain_words(course):
     text = feedback_text(course, "blank", "linear_regression")
-    assert text.count("CheckFailed: ") == len(GRADED_CHECKS)
+    assert text.count("CheckFailed: ") == len(by_assignment("linear_regression").graded_checks)
     assert "NotImplementedError" in text  # what stopped the run, for every check
 
 
 def test_feedback_explains_each_failure_with_the_checks_message(course):
     """The words the student reads are the grader's own message and hint for that check."""
-    from autograder.notebook import run
+    from autograder.notebook.client import run
+
     for (student, assignment), cells in FAILED_CELLS.items():
-        if assignment not in PROGRAM:
+        exercise = by_assignment(assignment)
+        if exercise is None:
             continue
-        program, exercise, prefix = PROGRAM[assignment]
-        report = run(course / "autograded" / student / assignment / program, exercise)
+        report = run(course / "autograded" / student / assignment / exercise.program, exercise.name)
         text = feedback_text(course, student, assignment)
         for cell in cells:
-            verdict = report.check(cell.removeprefix(prefix + "_"))
+            verdict = report.check(cell.removeprefix(exercise.grade_id_prefix + "_"))
             assert verdict.status == "failed"
             assert f"{verdict.title} (checked with 2 ranks): {verdict.message}" in text, (student, cell)
             assert f"Hint: {verdict.hint}" in text

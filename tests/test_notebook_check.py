@@ -1,14 +1,15 @@
 """Checking from a notebook kernel: the warm grader outside the kernel, its
 cache, and that nothing a submission does reaches the caller."""
+
 from __future__ import annotations
 
 import shutil
 import time
 
 import pytest
+from conftest import ROOT, SOLUTIONS, robustness_case
 
 from autograder import notebook
-from conftest import ROOT, SOLUTIONS, robustness_case
 
 CASES = ROOT / "tests" / "robustness"
 
@@ -46,12 +47,12 @@ def test_a_hang_ends_at_the_deadline_and_the_server_keeps_working(tmp_path, solu
 
 
 def test_a_dead_server_is_replaced(solution_copy):
-    notebook._running_server().stop()
+    notebook.client._running_server().stop()
     assert notebook.check(solution_copy, "linear_regression", world_size=3).passed
 
 
 def test_input_that_cannot_be_graded_raises_a_clear_error(tmp_path):
-    with pytest.raises(notebook.GradingFailed, match="There is no file at"):
+    with pytest.raises(notebook.client.GradingFailed, match="There is no file at"):
         notebook.check(tmp_path / "missing.py", "linear_regression")
 
 
@@ -59,6 +60,8 @@ def test_importing_the_notebook_helpers_leaves_torch_out_of_the_kernel():
     import subprocess
     import sys
 
-    code = ("import sys; from autograder.notebook import check; import autograder.reports.html, autograder.course; "
-            "print('torch' in sys.modules)")  # showing a report or loading the grade-cell helpers neither
+    code = (
+        "import sys; from autograder.notebook import check; import autograder.reports.html, autograder.notebook.grade_cells; "
+        "print('torch' in sys.modules)"
+    )  # showing a report or loading the grade-cell helpers neither
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"

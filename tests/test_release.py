@@ -4,6 +4,7 @@ and it gives students no solutions and no hidden tests.
 If a test here fails after you edited a source notebook, regenerate and commit:
     PATH=.venv/bin:$PATH nbgrader generate_assignment <assignment> --force && git add release/<assignment>
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,17 +12,17 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.course import GRADED_CHECKS, max_points
-from autograder.demo import ASSIGNMENTS, copy_course, nbgrader
+from autograder.exercises import ASSIGNMENTS, EXERCISES, LEFT_BY_RUNNING
+from autograder.judge.checks import by_id
+from tools.demo import copy_course, nbgrader
 
 pytestmark = pytest.mark.nbgrader
 
 ROOT = Path(__file__).resolve().parents[1]
 RELEASE = ROOT / "release"
-PROGRAMS = {"linear_regression": ("linear_regression.ipynb", "linear_regression_ddp.py", "linear_regression"),
-            "mnist_ddp": ("mnist_ddp.ipynb", "mnist_ddp.py", "mnist")}
+EXERCISE_OF = {e.assignment: e for e in EXERCISES.values()}
 # What a solution program or a notebook run leaves behind; none of it may be released.
-NEVER_RELEASED = ("linear_regression_ddp.py", "mnist_ddp.py", "allreduce_demo.py", "data", "gradebook.db")
+NEVER_RELEASED = (*LEFT_BY_RUNNING, "gradebook.db")
 
 
 @pytest.fixture(scope="module")
@@ -40,18 +41,30 @@ def comparable(path: Path) -> dict:
     """A notebook without what may change between two identical runs: cell ids, execution counts,
     notebook-level metadata other than the kernel."""
     notebook = nbformat.read(path, as_version=4)
-    cells = [{"cell_type": cell.cell_type,
-              "source": cell.source,
-              "metadata": dict(cell.metadata),
-              "outputs": cell.get("outputs", [])} for cell in notebook.cells]
-    return {"format": (notebook.nbformat, notebook.nbformat_minor), "kernelspec": notebook.metadata.get("kernelspec"), "cells": cells}
+    cells = [
+        {
+            "cell_type": cell.cell_type,
+            "source": cell.source,
+            "metadata": dict(cell.metadata),
+            "outputs": cell.get("outputs", []),
+        }
+        for cell in notebook.cells
+    ]
+    return {
+        "format": (notebook.nbformat, notebook.nbformat_minor),
+        "kernelspec": notebook.metadata.get("kernelspec"),
+        "cells": cells,
+    }
 
 
 def test_release_has_the_same_files(regenerated):
     for assignment in ASSIGNMENTS:
-        assert (RELEASE / assignment).is_dir(), f"release/{assignment} is missing: run nbgrader generate_assignment {assignment}"
+        assert (RELEASE / assignment).is_dir(), (
+            f"release/{assignment} is missing: run nbgrader generate_assignment {assignment}"
+        )
         assert _files(RELEASE / assignment) == _files(regenerated / assignment), (
-            f"release/{assignment} has other files than a fresh generate_assignment: regenerate and commit it")
+            f"release/{assignment} has other files than a fresh generate_assignment: regenerate and commit it"
+        )
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
@@ -62,8 +75,10 @@ def test_release_is_current(regenerated, assignment):
             stale = comparable(committed) != comparable(fresh)
         else:
             stale = committed.read_bytes() != fresh.read_bytes()
-        assert not stale, (f"release/{assignment}/{name} is stale: run `nbgrader generate_assignment {assignment} --force` "
-                           f"and commit release/{assignment}")
+        assert not stale, (
+            f"release/{assignment}/{name} is stale: run `nbgrader generate_assignment {assignment} --force` "
+            f"and commit release/{assignment}"
+        )
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
@@ -76,27 +91,34 @@ def test_release_gives_away_nothing(assignment):
             assert marker not in text, f"{path.name} contains {marker!r}"
 
 
-@pytest.mark.parametrize("assignment", sorted(PROGRAMS))
+@pytest.mark.parametrize("assignment", sorted(EXERCISE_OF))
 def test_release_stub_keeps_the_serial_code_and_stubs_each_change(assignment):
-    notebook_name, program, _ = PROGRAMS[assignment]
-    notebook = nbformat.read(RELEASE / assignment / notebook_name, as_version=4)
-    [cell] = [c for c in notebook.cells if c.source.startswith(f"%%writefile {program}")]
+    exercise = EXERCISE_OF[assignment]
+    notebook = nbformat.read(RELEASE / assignment / f"{assignment}.ipynb", as_version=4)
+    [cell] = [c for c in notebook.cells if c.source.startswith(f"%%writefile {exercise.program}")]
     assert cell.metadata.nbgrader["solution"] and not cell.metadata.nbgrader["locked"]
     # Changes 1, 2a, 2b, 3, 4 and 5: one stub each; the serial code and the launcher stay.
     assert cell.source.count("raise NotImplementedError()") == 6
-    for kept in ("def train_one_epoch(", "def main(rank, world_size):", "mp.spawn(main", "free_port()", "optimizer.step()"):
+    for kept in (
+        "def train_one_epoch(",
+        "def main(rank, world_size):",
+        "mp.spawn(main",
+        "free_port()",
+        "optimizer.step()",
+    ):
         assert kept in cell.source
 
 
-@pytest.mark.parametrize("assignment", sorted(PROGRAMS))
+@pytest.mark.parametrize("assignment", sorted(EXERCISE_OF))
 def test_one_grade_cell_per_graded_check(assignment):
-    notebook_name, program, exercise = PROGRAMS[assignment]
-    notebook = nbformat.read(ROOT / "source" / assignment / notebook_name, as_version=4)
+    exercise = EXERCISE_OF[assignment]
+    notebook = nbformat.read(ROOT / exercise.notebook, as_version=4)
     grade_cells = [c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade")]
-    assert [c.metadata.nbgrader["grade_id"].split("_", 1)[1] for c in grade_cells] == list(GRADED_CHECKS)
-    assert "gpu_device" not in GRADED_CHECKS  # skipped (= full points) on every CPU grading machine
-    for cell, check_id in zip(grade_cells, GRADED_CHECKS):
-        assert cell.metadata.nbgrader["points"] == max_points(check_id)
+    graded = exercise.graded_checks
+    assert [c.metadata.nbgrader["grade_id"] for c in grade_cells] == [exercise.grade_id(c) for c in graded]
+    assert "gpu_device" not in graded  # skipped (= full points) on every CPU grading machine
+    for cell, check_id in zip(grade_cells, graded):
+        assert cell.metadata.nbgrader["points"] == by_id(check_id).points
         visible, _, hidden = cell.source.partition("### BEGIN HIDDEN TESTS")
-        assert f'require("{program}", "{exercise}", "{check_id}")' in visible
-        assert f'require("{program}", "{exercise}", "{check_id}", world_size=3)' in hidden
+        assert f'require("{exercise.program}", "{exercise.name}", "{check_id}")' in visible
+        assert f'require("{exercise.program}", "{exercise.name}", "{check_id}", world_size=3)' in hidden

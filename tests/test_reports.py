@@ -6,6 +6,7 @@ reference solution, the solution without a DistributedSampler, and one with
 three mistakes (every rank reads the whole data set, no set_epoch, no DDP),
 graded through the CLI with --json and --html.
 """
+
 from __future__ import annotations
 
 import base64
@@ -13,18 +14,16 @@ import io
 import json
 import math
 import re
-import sys
 from html import escape
 
 import pytest
+from conftest import SOLUTIONS, failed_ids, run_cli
 from rich.console import Console
 
 from autograder import grade
-from autograder.checks import SYNC_TOLERANCE
+from autograder.judge.checks import SYNC_TOLERANCE
+from autograder.judge.verdict import FAILED, PASSED, SKIPPED, RankSummary, Report, Verdict
 from autograder.reports import html, json_report, plots, text
-from autograder.verdict import FAILED, PASSED, SKIPPED, RankSummary, Report, Verdict
-
-from conftest import SOLUTIONS, failed_ids, run_cli
 
 SOLUTION = SOLUTIONS / "linear_regression_ddp.py"
 MALICIOUS = "<script>alert('owned')</script> & <img src=x onerror=alert(1)>"
@@ -41,17 +40,21 @@ def _edit(source: str, *replacements: tuple[str, str]) -> str:
 
 SHORTER = ("EPOCHS = 20", "EPOCHS = 6")
 NO_SAMPLER = (
-    ("        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True)\n"
-     "        loader = DataLoader(dataset, batch_size=BATCH_SIZE, sampler=sampler)",
-     "        loader = DataLoader(dataset, batch_size=BATCH_SIZE, shuffle=True)\n"
-     f"        if rank == 0:\n            print({MALICIOUS!r})"),
+    (
+        "        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True)\n"
+        "        loader = DataLoader(dataset, batch_size=BATCH_SIZE, sampler=sampler)",
+        "        loader = DataLoader(dataset, batch_size=BATCH_SIZE, shuffle=True)\n"
+        f"        if rank == 0:\n            print({MALICIOUS!r})",
+    ),
     ("            sampler.set_epoch(epoch)  # a new shuffle every epoch\n", ""),
 )
 # Every rank reads the whole data set (in its own order, so the copies drift apart
 # without DDP), the same order every epoch, and no DDP.
 MISTAKES = (
-    ("DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True)",
-     "DistributedSampler(dataset, num_replicas=1, rank=0, shuffle=True, seed=rank)"),
+    (
+        "DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True)",
+        "DistributedSampler(dataset, num_replicas=1, rank=0, shuffle=True, seed=rank)",
+    ),
     ("            sampler.set_epoch(epoch)  # a new shuffle every epoch\n", ""),
     ('        model = DDP(model, device_ids=[rank] if device.type == "cuda" else None)\n', ""),
     ("model.module.", "model."),
@@ -76,8 +79,17 @@ def mistakes(tmp_path_factory) -> dict:
     folder = tmp_path_factory.mktemp("mistakes")
     path = folder / "mistakes.py"
     path.write_text(_edit(SOLUTION.read_text(), SHORTER, *MISTAKES))
-    finished = run_cli("check", str(path), "--exercise", "linear_regression", "--json", str(folder / "report.json"),
-                       "--html", str(folder / "report.html"), "--quiet")
+    finished = run_cli(
+        "check",
+        str(path),
+        "--exercise",
+        "linear_regression",
+        "--json",
+        str(folder / "report.json"),
+        "--html",
+        str(folder / "report.html"),
+        "--quiet",
+    )
     assert finished.returncode == 1, finished.stderr
     report = json_report.from_dict(json.loads((folder / "report.json").read_text()))
     return {"report": report, "page": (folder / "report.html").read_text(encoding="utf-8"), "folder": folder}
@@ -105,17 +117,35 @@ def _images(fragment: str) -> list[bytes]:
 
 def _synthetic(**changes) -> Report:
     values = dict(
-        exercise="linear_regression", world_size=2, backend="gloo", duration_s=3.21, error=None, error_hint="",
+        exercise="linear_regression",
+        world_size=2,
+        backend="gloo",
+        duration_s=3.21,
+        error=None,
+        error_hint="",
         ranks=[RankSummary(0, 0, "finished", None, "epoch 1\n", 8), RankSummary(1, 0, "finished", None, "", 0)],
-        checks=[Verdict("process_group", "Process group created", PASSED, 2, 2, "All ranks joined."),
-                Verdict("ddp_wrapped", "Model wrapped in DistributedDataParallel", FAILED, 0, 2, "Rank 1 did not wrap.",
-                        "Wrap it: DDP(model).", 1)],
-        submission="/somewhere/student.py", details={})
+        checks=[
+            Verdict("process_group", "Process group created", PASSED, 2, 2, "All ranks joined."),
+            Verdict(
+                "ddp_wrapped",
+                "Model wrapped in DistributedDataParallel",
+                FAILED,
+                0,
+                2,
+                "Rank 1 did not wrap.",
+                "Wrap it: DDP(model).",
+                1,
+            ),
+        ],
+        submission="/somewhere/student.py",
+        details={},
+    )
     values.update(changes)
     return Report(**values)
 
 
 # --- the graded submissions are what the tests assume --------------------------------
+
 
 def test_the_submissions_fail_where_intended(correct, no_sampler, mistakes):
     assert correct.passed and not failed_ids(correct)
@@ -124,6 +154,7 @@ def test_the_submissions_fail_where_intended(correct, no_sampler, mistakes):
 
 
 # --- HTML content -----------------------------------------------------------------
+
 
 def test_every_check_appears_with_its_title_status_and_points(any_report):
     fragment = _html(any_report)
@@ -161,14 +192,15 @@ def test_the_three_pictures_are_inline_pngs(correct, mistakes):
 def test_no_sampler_run_shows_every_rank_reading_everything(no_sampler):
     fragment = _html(no_sampler)
     assert len(_images(fragment)) == 3
-    assert plots.overlap_fraction(no_sampler.details["partition"]) == 1.0
+    assert max(plots.partition_stats(no_sampler.details["partition"]).overlap) == 1.0
     partition = re.search(r'<div data-picture="partition">(.*?)</div></div>', fragment, re.S).group(1)
     assert "<img" in partition and "Every rank read the whole data set" in partition
 
 
 def test_a_run_without_any_sampler_record_gets_a_note_instead_of_a_map():
-    picture = plots.partition_picture([{"rank": 0, "epochs": [], "dataset_length": None},
-                                       {"rank": 1, "epochs": [], "dataset_length": None}])
+    picture = plots.partition_picture(
+        [{"rank": 0, "epochs": [], "dataset_length": None}, {"rank": 1, "epochs": [], "dataset_length": None}]
+    )
     assert picture.png is None and "no record of which samples each rank read" in picture.note
 
 
@@ -182,9 +214,15 @@ def test_student_output_is_escaped(no_sampler):
 def test_every_text_field_is_escaped():
     evil = MALICIOUS
     report = _synthetic(
-        exercise=evil, backend=evil, error=evil, error_hint=evil, submission=f"/x/{evil}.py", files_left=[evil],
+        exercise=evil,
+        backend=evil,
+        error=evil,
+        error_hint=evil,
+        submission=f"/x/{evil}.py",
+        files_left=[evil],
         ranks=[RankSummary(0, None, "hung", evil, evil * 3, 300, stack=evil), RankSummary(1, -9, evil, evil, "", 0)],
-        checks=[Verdict(evil, evil, FAILED, 0, 1, evil, evil, 0), Verdict("x", evil, evil, 0, 1, evil)])
+        checks=[Verdict(evil, evil, FAILED, 0, 1, evil, evil, 0), Verdict("x", evil, evil, 0, 1, evil)],
+    )
     fragment = html.render(report)
     assert "<script" not in fragment and "<img src=x" not in fragment
     assert fragment.count(escape(evil)) >= 10
@@ -196,9 +234,12 @@ def test_rank_details_are_collapsed_and_complete():
     report = _synthetic(
         error="The run did not finish within the time limit. rank 1: still running at the deadline.",
         error_hint="Every rank must run the same training steps.",
-        ranks=[RankSummary(0, 1, "failed", "RuntimeError: boom (student.py, line 3)", "x" * 20 + "\nlast line\n", 5000),
-               RankSummary(1, None, "hung", "still running at the deadline", "", 0, stack=stack)],
-        files_left=["linear_regression.pt"])
+        ranks=[
+            RankSummary(0, 1, "failed", "RuntimeError: boom (student.py, line 3)", "x" * 20 + "\nlast line\n", 5000),
+            RankSummary(1, None, "hung", "still running at the deadline", "", 0, stack=stack),
+        ],
+        files_left=["linear_regression.pt"],
+    )
     fragment = html.render(report)
     problem = fragment.index("The run had a problem")
     assert problem < fragment.index("Checks")  # the launch-level problem comes first
@@ -212,26 +253,38 @@ def test_rank_details_are_collapsed_and_complete():
 
 
 def test_missing_details_give_notes_not_pictures():
-    for details in ({}, {"partition": [], "losses": [], "weight_spread": []},
-                    {"partition": [{"rank": 0, "epochs": [], "dataset_length": None}], "losses": [{"rank": 0, "losses": []}],
-                     "weight_spread": []}):
+    for details in (
+        {},
+        {"partition": [], "losses": [], "weight_spread": []},
+        {
+            "partition": [{"rank": 0, "epochs": [], "dataset_length": None}],
+            "losses": [{"rank": 0, "losses": []}],
+            "weight_spread": [],
+        },
+    ):
         fragment = html.render(_synthetic(details=details))
         assert "<img" not in fragment
         assert fragment.count('<div data-picture="') == 3
 
 
 def test_broken_details_do_not_break_the_report():
-    fragment = html.render(_synthetic(details={"partition": "garbage", "losses": [{"rank": 0, "losses": [[1, "x"]]}],
-                                               "weight_spread": [[1]]}))
+    fragment = html.render(
+        _synthetic(
+            details={"partition": "garbage", "losses": [{"rank": 0, "losses": [[1, "x"]]}], "weight_spread": [[1]]}
+        )
+    )
     assert fragment.count("could not be drawn") == 3 and "Process group created" in fragment
 
 
-def test_repr_html_shows_the_report(correct):
-    assert correct._repr_html_() == _html(correct)
-    from IPython.core.formatters import DisplayFormatter
+def test_a_notebook_shows_the_report_as_html(correct):
+    from IPython.core.interactiveshell import InteractiveShell
 
-    data, _ = DisplayFormatter().format(correct)  # what Jupyter shows for a cell ending in check(...)
-    assert data["text/html"] == _html(correct)
+    from autograder import notebook
+
+    shell = InteractiveShell.instance()
+    notebook._show_reports_as_html()
+    formatted, _ = shell.display_formatter.format(correct)
+    assert formatted["text/html"] == _html(correct)  # what Jupyter shows for a cell ending in check(...)
 
 
 def test_json_round_trip_renders_the_same_html(correct, no_sampler):
@@ -259,13 +312,14 @@ def test_write_is_atomic_and_readable(tmp_path, correct):
 
 # --- pictures say what they should ------------------------------------------------------
 
+
 def test_partition_map_shows_overlap_and_repeated_order(correct, no_sampler, mistakes):
     good, bad = correct.details["partition"], mistakes["report"].details["partition"]
-    assert plots.overlap_fraction(good) == 0.0
-    assert plots.repeated_order(good) == 0.0
-    assert plots.overlap_fraction(no_sampler.details["partition"]) == 1.0
-    assert plots.overlap_fraction(bad) == 1.0
-    assert plots.repeated_order(bad) == 1.0
+    assert max(plots.partition_stats(good).overlap) == 0.0
+    assert not any(plots.partition_stats(good).same_order)
+    assert max(plots.partition_stats(no_sampler.details["partition"]).overlap) == 1.0
+    assert max(plots.partition_stats(bad).overlap) == 1.0
+    assert all(plots.partition_stats(bad).same_order)
     good_picture, bad_picture = plots.partition_picture(good), plots.partition_picture(bad)
     assert good_picture.png != bad_picture.png
     assert any("split the data" in f for f in good_picture.findings)
@@ -278,9 +332,11 @@ def test_partition_map_shows_overlap_and_repeated_order(correct, no_sampler, mis
 
 
 def test_partition_stats_on_a_hand_made_split():
-    partition = [{"rank": 0, "epochs": [[0, 2, 4], [4, 2, 0]], "dataset_length": 6},
-                 {"rank": 1, "epochs": [[1, 3, 4], [3, 1]], "dataset_length": 6},
-                 {"rank": 2, "epochs": [], "dataset_length": None}]
+    partition = [
+        {"rank": 0, "epochs": [[0, 2, 4], [4, 2, 0]], "dataset_length": 6},
+        {"rank": 1, "epochs": [[1, 3, 4], [3, 1]], "dataset_length": 6},
+        {"rank": 2, "epochs": [], "dataset_length": None},
+    ]
     stats = plots.partition_stats(partition)
     assert stats.ranks == [0, 1] and stats.missing == [2] and stats.epochs == 2 and stats.dataset_length == 6
     assert stats.owners[0] == [0, 1, 0, 1, -2, -1]
@@ -291,10 +347,16 @@ def test_partition_stats_on_a_hand_made_split():
 
 
 def test_padding_is_not_called_an_overlap():
-    padded = [{"rank": 0, "epochs": [[0, 2, 4]], "dataset_length": 5}, {"rank": 1, "epochs": [[1, 3, 0]], "dataset_length": 5}]
-    assert plots.overlap_fraction(padded) == 0.2
+    padded = [
+        {"rank": 0, "epochs": [[0, 2, 4]], "dataset_length": 5},
+        {"rank": 1, "epochs": [[1, 3, 0]], "dataset_length": 5},
+    ]
+    assert max(plots.partition_stats(padded).overlap) == 0.2
     assert "DistributedSampler's padding" in plots.partition_picture(padded).findings[0]
-    shared = [{"rank": 0, "epochs": [[0, 1, 2]], "dataset_length": 5}, {"rank": 1, "epochs": [[1, 2, 3]], "dataset_length": 5}]
+    shared = [
+        {"rank": 0, "epochs": [[0, 1, 2]], "dataset_length": 5},
+        {"rank": 1, "epochs": [[1, 2, 3]], "dataset_length": 5},
+    ]
     assert "40% of the samples were read by more than one rank" in plots.partition_picture(shared).findings[0]
 
 
@@ -302,9 +364,17 @@ def test_many_ranks_are_drawn():
     world = 16
     partition = [{"rank": r, "epochs": [list(range(r, 160, world))] * 3, "dataset_length": 160} for r in range(world)]
     losses = [{"rank": r, "losses": [[s, 1 / (s + 1 + r)] for s in range(30)]} for r in range(world)]
-    pictures = plots.pictures({"partition": partition, "losses": losses, "weight_spread": [[s, 0.0] for s in range(30)]}, world)
+    pictures = plots.pictures(
+        {
+            "partition": partition,
+            "losses": losses,
+            "weight_spread": [[s, 0.0] for s in range(30)],
+            "sync_tolerance": SYNC_TOLERANCE,
+        },
+        world,
+    )
     assert all(p.png for p in pictures)
-    assert plots.overlap_fraction(partition) == 0.0 and plots.repeated_order(partition) == 1.0
+    assert max(plots.partition_stats(partition).overlap) == 0.0 and all(plots.partition_stats(partition).same_order)
 
 
 def test_loss_curves_show_identical_ranks(correct, no_sampler):
@@ -317,13 +387,13 @@ def test_loss_curves_show_identical_ranks(correct, no_sampler):
 
 
 def test_weight_spread_flat_when_in_sync_and_rising_without_ddp(correct, mistakes):
-    assert plots.max_spread(correct.details["weight_spread"]) == 0.0
-    assert plots.max_spread(mistakes["report"].details["weight_spread"]) > SYNC_TOLERANCE
-    in_sync = plots.spread_picture(correct.details["weight_spread"], 2)
-    drifting = plots.spread_picture(mistakes["report"].details["weight_spread"], 2)
+    assert max(plots.spread_series(correct.details["weight_spread"])[1]) == 0.0
+    assert max(plots.spread_series(mistakes["report"].details["weight_spread"])[1]) > SYNC_TOLERANCE
+    in_sync = plots.spread_picture(correct.details["weight_spread"], SYNC_TOLERANCE, 2)
+    drifting = plots.spread_picture(mistakes["report"].details["weight_spread"], SYNC_TOLERANCE, 2)
     assert in_sync.png and drifting.png and in_sync.png != drifting.png
     assert "same on every rank" in in_sync.findings[0] and "drifted apart" in drifting.findings[0]
-    assert plots.spread_picture([], 1).note.startswith("With a single rank")
+    assert plots.spread_picture([], SYNC_TOLERANCE, 1).note.startswith("With a single rank")
 
 
 def test_pictures_leave_no_global_matplotlib_state():
@@ -335,13 +405,21 @@ def test_pictures_leave_no_global_matplotlib_state():
     source = inspect.getsource(plots)
     assert "matplotlib.pyplot" not in source and "import pyplot" not in source
     figures, settings = Gcf.get_num_fig_managers(), dict(matplotlib.rcParams)
-    made = plots.pictures({"losses": [{"rank": 0, "losses": [[0, 1.0], [1, 0.5]]}], "weight_spread": [[1, 0.0]],
-                           "partition": [{"rank": 0, "epochs": [[1, 0]], "dataset_length": 2}]}, 2)
+    made = plots.pictures(
+        {
+            "losses": [{"rank": 0, "losses": [[0, 1.0], [1, 0.5]]}],
+            "weight_spread": [[1, 0.0]],
+            "sync_tolerance": SYNC_TOLERANCE,
+            "partition": [{"rank": 0, "epochs": [[1, 0]], "dataset_length": 2}],
+        },
+        2,
+    )
     assert all(p.png for p in made)
     assert Gcf.get_num_fig_managers() == figures and dict(matplotlib.rcParams) == settings
 
 
 # --- terminal report -----------------------------------------------------------------
+
 
 def test_text_report_is_plain_when_not_a_terminal(any_report):
     buffer = io.StringIO()

@@ -1,5 +1,6 @@
 """Every hang, crash and piece of bad input ends in a clear verdict within
 the deadline, through the real command line, and leaves no process behind."""
+
 from __future__ import annotations
 
 import json
@@ -11,25 +12,47 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, processes_mentioning, robustness_case, run_cli
 
 CASES = ROOT / "tests" / "robustness"
 # A run that stops early fails every check it did not get past, gpu_device
 # included: "does not apply" is only known of a run that finished.
-ALL_CHECKS = {"process_group", "distributed_sampler", "same_dataset", "set_epoch", "ddp_wrapped", "weights_in_sync",
-              "training", "rank0_checkpoint", "checkpoint_loadable", "rank0_logs", "cleanup", "gpu_device"}
+ALL_CHECKS = {
+    "process_group",
+    "distributed_sampler",
+    "same_dataset",
+    "set_epoch",
+    "ddp_wrapped",
+    "weights_in_sync",
+    "training",
+    "rank0_checkpoint",
+    "checkpoint_loadable",
+    "rank0_logs",
+    "cleanup",
+    "gpu_device",
+}
 AFTER_GROUP = ALL_CHECKS - {"process_group"}
 SLACK_S = 25  # interpreter start, torch import, killing; the machine is shared
 
 
-def grade_case(tmp_path: Path, case: str, *extra: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess, dict, float]:
+def grade_case(
+    tmp_path: Path, case: str, *extra: str, timeout: float = 60
+) -> tuple[subprocess.CompletedProcess, dict, float]:
     """Grade a copy of the case (a unique path, to find its processes), and check none is left."""
     submission = robustness_case(case, tmp_path)
     report_path = tmp_path / "report.json"
     started = time.monotonic()
-    result = run_cli("check", str(submission), "--exercise", "linear_regression", "--timeout", str(timeout),
-                     "--json", str(report_path), *extra)
+    result = run_cli(
+        "check",
+        str(submission),
+        "--exercise",
+        "linear_regression",
+        "--timeout",
+        str(timeout),
+        "--json",
+        str(report_path),
+        *extra,
+    )
     elapsed = time.monotonic() - started
     time.sleep(0.5)
     assert not processes_mentioning(str(submission)), "grading left processes running"
@@ -41,10 +64,13 @@ def failed(report: dict) -> set[str]:
     return {c["id"] for c in report["checks"] if c["status"] == "failed"}
 
 
-@pytest.mark.parametrize("case, stuck_line", [
-    ("hang_recv.py", "dist.recv(buffer"),
-    ("one_sided_collective.py", "dist.all_reduce(torch.ones(1))"),
-])
+@pytest.mark.parametrize(
+    "case, stuck_line",
+    [
+        ("hang_recv.py", "dist.recv(buffer"),
+        ("one_sided_collective.py", "dist.all_reduce(torch.ones(1))"),
+    ],
+)
 def test_hang_is_stopped_at_the_deadline_with_each_ranks_stack(tmp_path, case, stuck_line):
     result, report, elapsed = grade_case(tmp_path, case, timeout=6)
     assert result.returncode == 1
@@ -68,23 +94,33 @@ def test_a_failing_rank_stops_the_others_at_once_and_shows_its_traceback(tmp_pat
     assert "Rank 1 failed" in result.stdout
 
 
-@pytest.mark.parametrize("case, message", [
-    ("os_exit.py", "Rank 1 failed: the process exited with status 3"),
-    ("segfault.py", "Rank 0 failed: the process was killed by signal 11"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("os_exit.py", "Rank 1 failed: the process exited with status 3"),
+        ("segfault.py", "Rank 0 failed: the process was killed by signal 11"),
+    ],
+)
 def test_a_rank_that_dies_without_an_exception_is_reported(tmp_path, case, message):
     result, report, elapsed = grade_case(tmp_path, case, timeout=120)
     assert result.returncode == 1 and elapsed < SLACK_S
     assert report["error"].startswith(message)
 
 
-@pytest.mark.parametrize("case, message, failing", [
-    ("world_size_4.py", "init_process_group was called with world_size=4, but the grader started 2 ranks", ALL_CHECKS),
-    ("nccl_on_cpu.py", "asked for the nccl backend, but this run has no GPU", ALL_CHECKS),
-    ("set_device_on_cpu.py", "torch.cuda.set_device(rank)", ALL_CHECKS),
-    ("spawn_at_import.py", "Put the mp.spawn call under `if __name__ == \"__main__\":`", ALL_CHECKS),
-    ("main_wrong_signature.py", "main(rank) cannot be called as main(rank, world_size)", ALL_CHECKS),
-])
+@pytest.mark.parametrize(
+    "case, message, failing",
+    [
+        (
+            "world_size_4.py",
+            "init_process_group was called with world_size=4, but the grader started 2 ranks",
+            ALL_CHECKS,
+        ),
+        ("nccl_on_cpu.py", "asked for the nccl backend, but this run has no GPU", ALL_CHECKS),
+        ("set_device_on_cpu.py", "torch.cuda.set_device(rank)", ALL_CHECKS),
+        ("spawn_at_import.py", 'Put the mp.spawn call under `if __name__ == "__main__":`', ALL_CHECKS),
+        ("main_wrong_signature.py", "main(rank) cannot be called as main(rank, world_size)", ALL_CHECKS),
+    ],
+)
 def test_code_that_cannot_work_under_the_grader_fails_fast_with_a_reason(tmp_path, case, message, failing):
     result, report, elapsed = grade_case(tmp_path, case, timeout=120)
     assert result.returncode == 1 and elapsed < SLACK_S
@@ -98,10 +134,13 @@ def test_set_device_without_a_gpu_gets_a_hint(tmp_path):
     assert "torch.cuda.is_available()" in report["error_hint"]
 
 
-@pytest.mark.parametrize("case, message", [
-    ("syntax_error.py", "Python cannot read your code: expected ':' (line 5)"),
-    ("no_main.py", "No function main(rank, world_size) is defined"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("syntax_error.py", "Python cannot read your code: expected ':' (line 5)"),
+        ("no_main.py", "No function main(rank, world_size) is defined"),
+    ],
+)
 def test_code_that_does_not_run_is_graded_zero_without_starting_ranks(tmp_path, case, message):
     result, report, elapsed = grade_case(tmp_path, case)
     assert result.returncode == 1
@@ -132,8 +171,21 @@ def test_hard_coded_port_gradings_run_side_by_side(tmp_path):
     runs = []
     for number in range(3):
         submission = robustness_case("hardcoded_port.py", tmp_path / f"student{number}")
-        runs.append(subprocess.Popen([sys.executable, "-m", "autograder", "check", str(submission),
-                                      "--exercise", "linear_regression", "--quiet"], cwd=ROOT))
+        runs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "autograder",
+                    "check",
+                    str(submission),
+                    "--exercise",
+                    "linear_regression",
+                    "--quiet",
+                ],
+                cwd=ROOT,
+            )
+        )
     assert [run.wait(timeout=240) for run in runs] == [0, 0, 0]
 
 
@@ -147,8 +199,10 @@ def test_a_notebook_with_magics_and_cell_functions_grades_like_a_script(tmp_path
 def test_sigterm_to_the_grader_kills_its_ranks(tmp_path):
     submission = tmp_path / "hang_recv.py"
     shutil.copy(CASES / "hang_recv.py", submission)
-    grader = subprocess.Popen([sys.executable, "-m", "autograder", "check", str(submission), "--exercise", "linear_regression",
-                               "--quiet"], cwd=ROOT)
+    grader = subprocess.Popen(
+        [sys.executable, "-m", "autograder", "check", str(submission), "--exercise", "linear_regression", "--quiet"],
+        cwd=ROOT,
+    )
     deadline = time.monotonic() + 60
     while len(processes_mentioning(str(submission))) < 3 and time.monotonic() < deadline:
         time.sleep(0.2)  # the grader and both ranks are up

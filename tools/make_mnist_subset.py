@@ -44,7 +44,7 @@ def split(by_digit: dict[int, list[bytes]]) -> tuple[list, list]:
     train, test = [], []
     for digit, images in by_digit.items():
         train += [(img, digit) for img in images[:TRAIN_PER_DIGIT]]
-        test += [(img, digit) for img in images[TRAIN_PER_DIGIT:TRAIN_PER_DIGIT + TEST_PER_DIGIT]]
+        test += [(img, digit) for img in images[TRAIN_PER_DIGIT : TRAIN_PER_DIGIT + TEST_PER_DIGIT]]
     rng = random.Random(SEED)
     rng.shuffle(train)
     rng.shuffle(test)

@@ -11,15 +11,17 @@ written out (PASS, FAIL, SKIP), never shown by colour alone.
 The fragment depends only on what the JSON report keeps, so a Report rebuilt
 with json_report.from_dict renders the same HTML.
 """
+
 from __future__ import annotations
 
 import html
 import os
-import tempfile
-from pathlib import Path, PurePath
+from pathlib import PurePath
 
-from ..verdict import FAILED, PASSED, SKIPPED, RankSummary, Report, Verdict
-from ..wording import points
+from .._files import write_text
+from ..judge.verdict import FAILED, PASSED, SKIPPED, RankSummary, Report, Verdict
+from ..launch import RankStatus
+from ..wording import RANK_STATUS_WORDS, exit_words, plural, points
 from . import plots
 
 OUTPUT_CHARS = 10_000  # per rank; at most the JSON's, so a round trip shows the same
@@ -30,8 +32,12 @@ FONT = "font-family: system-ui, -apple-system, 'Segoe UI', Roboto, Helvetica, Ar
 MONO = "font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, 'Liberation Mono', monospace"
 BORDER = "rgba(128, 128, 128, 0.35)"
 BADGES = {PASSED: ("PASS", "#1a7f37"), FAILED: ("FAIL", "#cf222e"), SKIPPED: ("SKIP", "#8a6100")}
-BOXES = {"problem": ("rgba(207, 34, 46, 0.10)", "#cf222e"), "hint": ("rgba(9, 105, 218, 0.10)", "#0969da"),
-         "good": ("rgba(26, 127, 55, 0.10)", "#1a7f37"), "note": ("rgba(128, 128, 128, 0.12)", "#808080")}
+BOXES = {
+    "problem": ("rgba(207, 34, 46, 0.10)", "#cf222e"),
+    "hint": ("rgba(9, 105, 218, 0.10)", "#0969da"),
+    "good": ("rgba(26, 127, 55, 0.10)", "#1a7f37"),
+    "note": ("rgba(128, 128, 128, 0.12)", "#808080"),
+}
 
 
 def _e(text) -> str:
@@ -40,20 +46,26 @@ def _e(text) -> str:
 
 def _badge(label: str, colour: str, big: bool = False) -> str:
     size = "font-size: 0.95em; padding: 3px 10px" if big else "font-size: 0.78em; padding: 1px 7px"
-    return (f'<span style="display: inline-block; {size}; border-radius: 4px; background: {colour}; color: #ffffff; '
-            f'font-weight: 700; letter-spacing: 0.04em; {FONT}; white-space: nowrap">{_e(label)}</span>')
+    return (
+        f'<span style="display: inline-block; {size}; border-radius: 4px; background: {colour}; color: #ffffff; '
+        f'font-weight: 700; letter-spacing: 0.04em; {FONT}; white-space: nowrap">{_e(label)}</span>'
+    )
 
 
 def _box(kind: str, body: str) -> str:
     background, edge = BOXES[kind]
-    return (f'<div style="background: {background}; border-left: 4px solid {edge}; border-radius: 3px; '
-            f'padding: 6px 10px; margin: 6px 0">{body}</div>')
+    return (
+        f'<div style="background: {background}; border-left: 4px solid {edge}; border-radius: 3px; '
+        f'padding: 6px 10px; margin: 6px 0">{body}</div>'
+    )
 
 
 def _pre(text: str) -> str:
-    return (f'<pre style="{MONO}; font-size: 12px; line-height: 1.35; background: rgba(128, 128, 128, 0.12); color: inherit; '
-            f'border: 1px solid {BORDER}; border-radius: 3px; padding: 6px 8px; margin: 4px 0 8px; max-height: 24em; '
-            f'overflow: auto; white-space: pre-wrap; word-break: break-word">{_e(text)}</pre>')
+    return (
+        f'<pre style="{MONO}; font-size: 12px; line-height: 1.35; background: rgba(128, 128, 128, 0.12); color: inherit; '
+        f"border: 1px solid {BORDER}; border-radius: 3px; padding: 6px 8px; margin: 4px 0 8px; max-height: 24em; "
+        f'overflow: auto; white-space: pre-wrap; word-break: break-word">{_e(text)}</pre>'
+    )
 
 
 def _heading(text: str) -> str:
@@ -61,6 +73,7 @@ def _heading(text: str) -> str:
 
 
 # --- parts -------------------------------------------------------------------------
+
 
 def _header(report: Report) -> str:
     failed = [v for v in report.checks if v.status == FAILED]
@@ -73,14 +86,19 @@ def _header(report: Report) -> str:
     name = PurePath(report.submission).name if report.submission else ""
     facts = [f"exercise <b>{_e(report.exercise)}</b>"]
     if name:
-        facts.append(f"file <code style=\"{MONO}\">{_e(name)}</code>")
-    facts += [f"{report.world_size} rank{'s' if report.world_size != 1 else ''}", f"backend {_e(report.backend)}",
-              f"ran {round(report.duration_s, 3):.1f} s"]
-    return (f'<div style="border-bottom: 1px solid {BORDER}; padding-bottom: 8px; margin-bottom: 8px">'
-            f'<div style="font-size: 1.25em; font-weight: 700; margin-bottom: 2px">DDP autograder report</div>'
-            f'<div style="opacity: 0.8; margin-bottom: 6px">{" &middot; ".join(facts)}</div>'
-            f'<div>{badge} <span style="font-size: 1.1em; font-weight: 650; margin-left: 8px">Score: '
-            f'{points(report.score)} / {points(report.max_score)}</span></div></div>')
+        facts.append(f'file <code style="{MONO}">{_e(name)}</code>')
+    facts += [
+        plural(report.world_size, "rank"),
+        f"backend {_e(report.backend)}",
+        f"ran {round(report.duration_s, 3):.1f} s",
+    ]
+    return (
+        f'<div style="border-bottom: 1px solid {BORDER}; padding-bottom: 8px; margin-bottom: 8px">'
+        f'<div style="font-size: 1.25em; font-weight: 700; margin-bottom: 2px">DDP autograder report</div>'
+        f'<div style="opacity: 0.8; margin-bottom: 6px">{" &middot; ".join(facts)}</div>'
+        f'<div>{badge} <span style="font-size: 1.1em; font-weight: 650; margin-left: 8px">Score: '
+        f"{points(report.score)} / {points(report.max_score)}</span></div></div>"
+    )
 
 
 def _problem(report: Report) -> str:
@@ -104,31 +122,38 @@ def _check_row(verdict: Verdict) -> str:
     elif verdict.message:
         cell += f'<div style="opacity: 0.75; font-size: 0.92em">{_e(verdict.message)}</div>'
     cell_style = f"padding: 6px 8px; border-top: 1px solid {BORDER}; vertical-align: top; text-align: left"
-    return (f'<tr data-check="{_e(verdict.id)}" data-status="{_e(verdict.status)}">'
-            f'<td style="{cell_style}; width: 4.5em">{_badge(label, colour)}</td>'
-            f'<td style="{cell_style}">{cell}</td>'
-            f'<td style="{cell_style}; text-align: right; white-space: nowrap; {MONO}">'
-            f'{points(verdict.points)} / {points(verdict.max_points)}</td></tr>')
+    return (
+        f'<tr data-check="{_e(verdict.id)}" data-status="{_e(verdict.status)}">'
+        f'<td style="{cell_style}; width: 4.5em">{_badge(label, colour)}</td>'
+        f'<td style="{cell_style}">{cell}</td>'
+        f'<td style="{cell_style}; text-align: right; white-space: nowrap; {MONO}">'
+        f"{points(verdict.points)} / {points(verdict.max_points)}</td></tr>"
+    )
 
 
 def _checks(report: Report) -> str:
     if not report.checks:
         return ""
-    head = f"padding: 4px 8px; text-align: left; font-weight: 600; opacity: 0.8"
-    return (_heading("Checks") +
-            f'<table style="border-collapse: collapse; table-layout: auto; width: 100%; background: transparent; color: inherit; '
-            f'margin: 0; font-size: 1em">'
-            f'<thead><tr><th style="{head}">Result</th><th style="{head}">Check</th>'
-            f'<th style="{head}; text-align: right">Points</th></tr></thead><tbody>'
-            + "".join(_check_row(v) for v in report.checks) + "</tbody></table>")
+    head = "padding: 4px 8px; text-align: left; font-weight: 600; opacity: 0.8"
+    return (
+        _heading("Checks")
+        + f'<table style="border-collapse: collapse; table-layout: auto; width: 100%; background: transparent; color: inherit; '
+        f'margin: 0; font-size: 1em">'
+        f'<thead><tr><th style="{head}">Result</th><th style="{head}">Check</th>'
+        f'<th style="{head}; text-align: right">Points</th></tr></thead><tbody>'
+        + "".join(_check_row(v) for v in report.checks)
+        + "</tbody></table>"
+    )
 
 
 def _picture(picture: plots.Picture) -> str:
     parts = [f'<div style="font-weight: 600; margin: 12px 0 4px">{_e(picture.title)}</div>']
     if picture.png:
-        parts.append(f'<img src="{picture.data_uri}" alt="{_e(picture.title)}" '
-                     f'style="display: block; max-width: 100%; height: auto; border: 1px solid {BORDER}; border-radius: 3px; '
-                     f'background: #ffffff">')
+        parts.append(
+            f'<img src="{picture.data_uri}" alt="{_e(picture.title)}" '
+            f'style="display: block; max-width: 100%; height: auto; border: 1px solid {BORDER}; border-radius: 3px; '
+            f'background: #ffffff">'
+        )
     for finding in picture.findings:
         parts.append(f'<div style="margin: 3px 0">{_e(finding)}</div>')
     if picture.note:
@@ -137,16 +162,17 @@ def _picture(picture: plots.Picture) -> str:
 
 
 def _pictures(report: Report) -> str:
-    return _heading("What the ranks did") + "".join(_picture(p) for p in plots.pictures(report.details, report.world_size))
+    return _heading("What the ranks did") + "".join(
+        _picture(p) for p in plots.pictures(report.details, report.world_size)
+    )
 
 
 def _status_words(rank: RankSummary, short: bool = False) -> str:
-    words = {"hung": "hung" if short else "still running at the deadline (hung)",
-             "stopped": "stopped by the grader"}.get(rank.status, rank.status)
-    if rank.exit_code is not None:
-        code = f"killed by signal {-rank.exit_code}" if rank.exit_code < 0 else f"exit status {rank.exit_code}"
-        words += f", {code}"
-    return words
+    if short:
+        words = {RankStatus.STOPPED: "stopped by the grader"}.get(rank.status, rank.status)
+    else:
+        words = RANK_STATUS_WORDS.get(rank.status, rank.status) + (" (hung)" if rank.status == RankStatus.HUNG else "")
+    return words + (f", {exit_words(rank.exit_code)}" if rank.exit_code is not None else "")
 
 
 def _shown_output(rank: RankSummary) -> tuple[str, bool]:
@@ -158,11 +184,12 @@ def _shown_output(rank: RankSummary) -> tuple[str, bool]:
 
 
 def _rank(rank: RankSummary) -> str:
-    label, colour = (("FAIL", BADGES[FAILED][1]) if rank.error or rank.status not in ("finished",)
-                     else ("OK", BADGES[PASSED][1]))
+    label, colour = (
+        ("FAIL", BADGES[FAILED][1]) if rank.error or rank.status not in ("finished",) else ("OK", BADGES[PASSED][1])
+    )
     summary = f"Rank {rank.rank}: {_status_words(rank, short=True)}"
     if rank.error:
-        short = rank.error if len(rank.error) <= SUMMARY_CHARS else rank.error[:SUMMARY_CHARS - 1] + "\u2026"
+        short = rank.error if len(rank.error) <= SUMMARY_CHARS else rank.error[: SUMMARY_CHARS - 1] + "\u2026"
         summary += f" \u2014 {short}"
     body = [f"<div><b>Status:</b> {_e(_status_words(rank))}</div>"]
     if rank.error:
@@ -170,57 +197,67 @@ def _rank(rank: RankSummary) -> str:
     output, truncated = _shown_output(rank)
     if output.strip():
         cut = f" (the last part of {rank.output_bytes:,} bytes)" if truncated else ""
-        body.append(f"<div style=\"margin-top: 6px\"><b>Output</b>{_e(cut)}:</div>" + _pre(output))
+        body.append(f'<div style="margin-top: 6px"><b>Output</b>{_e(cut)}:</div>' + _pre(output))
     else:
         body.append('<div style="margin-top: 6px; opacity: 0.75">No output.</div>')
     if rank.stack:
-        body.append('<div style="margin-top: 6px"><b>Where it was waiting</b> (its stack at the deadline):</div>' + _pre(rank.stack))
-    return (f'<details data-rank="{rank.rank}" style="border: 1px solid {BORDER}; border-radius: 3px; padding: 4px 8px; margin: 4px 0">'
-            f'<summary style="cursor: pointer">{_badge(label, colour)} {_e(summary)}</summary>'
-            f'<div style="padding: 6px 0 2px">{"".join(body)}</div></details>')
+        body.append(
+            '<div style="margin-top: 6px"><b>Where it was waiting</b> (its stack at the deadline):</div>'
+            + _pre(rank.stack)
+        )
+    return (
+        f'<details data-rank="{rank.rank}" style="border: 1px solid {BORDER}; border-radius: 3px; padding: 4px 8px; margin: 4px 0">'
+        f'<summary style="cursor: pointer">{_badge(label, colour)} {_e(summary)}</summary>'
+        f'<div style="padding: 6px 0 2px">{"".join(body)}</div></details>'
+    )
 
 
 def _ranks(report: Report) -> str:
     if not report.ranks:
         return ""
-    parts = [_heading("Each rank"), '<div style="opacity: 0.75; font-size: 0.92em">Click a rank to see its output.</div>']
+    parts = [
+        _heading("Each rank"),
+        '<div style="opacity: 0.75; font-size: 0.92em">Click a rank to see its output.</div>',
+    ]
     parts += [_rank(r) for r in report.ranks]
     if report.files_left:
-        items = "".join(f"<li><code style=\"{MONO}\">{_e(f)}</code></li>" for f in report.files_left)
-        parts.append(f'<details style="border: 1px solid {BORDER}; border-radius: 3px; padding: 4px 8px; margin: 4px 0">'
-                     f'<summary style="cursor: pointer">Files the ranks wrote ({len(report.files_left)})</summary>'
-                     f'<ul style="margin: 4px 0">{items}</ul></details>')
+        items = "".join(f'<li><code style="{MONO}">{_e(f)}</code></li>' for f in report.files_left)
+        parts.append(
+            f'<details style="border: 1px solid {BORDER}; border-radius: 3px; padding: 4px 8px; margin: 4px 0">'
+            f'<summary style="cursor: pointer">Files the ranks wrote ({len(report.files_left)})</summary>'
+            f'<ul style="margin: 4px 0">{items}</ul></details>'
+        )
     return "".join(parts)
 
 
 # --- entry points ----------------------------------------------------------------------
 
+
 def render(report: Report) -> str:
     """The report as an HTML fragment (a <div>), for a notebook cell or a page."""
-    return (f'<div class="ddp-report" style="{FONT}; font-size: 14px; line-height: 1.45; color: inherit; '
-            f'max-width: 980px; text-align: left">'
-            + _header(report) + _problem(report) + _checks(report) + _pictures(report) + _ranks(report) + "</div>")
+    return (
+        f'<div class="ddp-report" style="{FONT}; font-size: 14px; line-height: 1.45; color: inherit; '
+        f'max-width: 980px; text-align: left">'
+        + _header(report)
+        + _problem(report)
+        + _checks(report)
+        + _pictures(report)
+        + _ranks(report)
+        + "</div>"
+    )
 
 
 def page(report: Report) -> str:
     """A standalone HTML page around the fragment."""
     title = f"DDP autograder: {report.exercise}, {points(report.score)}/{points(report.max_score)}"
-    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-            "<meta name=\"color-scheme\" content=\"light dark\">\n"
-            f"<title>{_e(title)}</title>\n</head>\n<body style=\"margin: 24px\">\n{render(report)}\n</body>\n</html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        '<meta name="color-scheme" content="light dark">\n'
+        f'<title>{_e(title)}</title>\n</head>\n<body style="margin: 24px">\n{render(report)}\n</body>\n</html>\n'
+    )
 
 
 def write(report: Report, path: str | os.PathLike) -> None:
     """Write the standalone page atomically: a reader never sees half a page."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(page(report))
-        os.chmod(temp, 0o644)  # mkstemp's 0600 would keep a shared page from being read
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    write_text(path, page(report))

@@ -1,12 +1,14 @@
 """The JSON report: a stable, versioned contract for other tools."""
+
 from __future__ import annotations
 
 import json
 import os
-import tempfile
-from pathlib import Path
 
-from ..verdict import Report
+from .._files import write_text
+from ..judge.events import CheckStatus
+from ..judge.verdict import RankSummary, Report, Verdict
+from ..launch import RankStatus
 
 SCHEMA_VERSION = 1
 OUTPUT_CHARS = 20_000  # per rank, in the JSON
@@ -53,29 +55,54 @@ def to_dict(report: Report) -> dict:
             for v in report.checks
         ],
         "files_left": report.files_left,
+        "probe_errors": report.probe_errors,
         "details": report.details,
     }
 
 
 def from_dict(data: dict) -> Report:
     """Rebuild a Report, e.g. in a notebook kernel from the grader's JSON."""
-    from ..verdict import RankSummary, Verdict
-
-    ranks = [RankSummary(r["rank"], r["exit_code"], r["status"], r["error"], r["output"], r["output_bytes"], r.get("stack") or "")
-             for r in data["ranks"]]
-    checks = [Verdict(c["id"], c["title"], c["status"], c["points"], c["max_points"], c["message"], c["hint"] or "", c["rank"])
-              for c in data["checks"]]
-    return Report(data["exercise"], data["world_size"], data["backend"], data["duration_s"], data["error"],
-                  data.get("error_hint") or "", ranks, checks, data.get("submission", ""), data.get("files_left", []),
-                  data.get("details", {}))
+    ranks = [
+        RankSummary(
+            r["rank"],
+            r["exit_code"],
+            RankStatus(r["status"]),
+            r["error"],
+            r["output"],
+            r["output_bytes"],
+            r.get("stack") or "",
+        )
+        for r in data["ranks"]
+    ]
+    checks = [
+        Verdict(
+            c["id"],
+            c["title"],
+            CheckStatus(c["status"]),
+            c["points"],
+            c["max_points"],
+            c["message"],
+            c["hint"] or "",
+            c["rank"],
+        )
+        for c in data["checks"]
+    ]
+    return Report(
+        data["exercise"],
+        data["world_size"],
+        data["backend"],
+        data["duration_s"],
+        data["error"],
+        data.get("error_hint") or "",
+        ranks,
+        checks,
+        data.get("submission", ""),
+        data.get("files_left", []),
+        data.get("details", {}),
+        data.get("probe_errors", []),
+    )
 
 
 def write(report: Report, path: str | os.PathLike) -> None:
     """Atomically: a reader never sees half a report."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        json.dump(to_dict(report), f, indent=2)
-    os.replace(temp, path)
-
+    write_text(path, json.dumps(to_dict(report), indent=2))

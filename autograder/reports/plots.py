@@ -11,6 +11,7 @@ figure is drawn from, so the caption and the picture cannot disagree:
 Only `matplotlib.figure.Figure` and the Agg canvas are used: no pyplot, no
 global state, nothing left open. Missing data gives no figure and a note.
 """
+
 from __future__ import annotations
 
 import base64
@@ -23,7 +24,6 @@ from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from ..checks import SYNC_TOLERANCE
 from ..wording import ranks_text
 
 DPI = 90
@@ -74,9 +74,8 @@ def _percent(fraction: float) -> str:
     return f"{fraction:.0%}"
 
 
-
-
 # --- partition ----------------------------------------------------------------
+
 
 @dataclass
 class PartitionStats:
@@ -116,24 +115,9 @@ def partition_stats(partition: list[dict] | None) -> PartitionStats | None:
     same_order = [first[n] == first[0] and bool(first[0]) for n in range(1, epochs)]
     shown = min(ORDER_SAMPLES, *(len(e) for e in first[:epochs]))
     order = [e[:shown] for e in first[:epochs]] if shown else []
-    return PartitionStats([p["rank"] for p in drawn], missing, length, epochs, overlap, unread, same_order, owners, order)
-
-
-def overlap_fraction(partition: list[dict] | None) -> float | None:
-    """The largest fraction, over the recorded epochs, of the data set that more
-    than one rank read. 0 when the ranks split it, 1 when every rank read everything;
-    None when no rank used a DistributedSampler."""
-    stats = partition_stats(partition)
-    return max(stats.overlap) if stats else None
-
-
-def repeated_order(partition: list[dict] | None) -> float | None:
-    """The fraction of epochs after the first in which the first drawn rank read
-    exactly epoch 1's indices in epoch 1's order (1 when set_epoch is missing)."""
-    stats = partition_stats(partition)
-    if not stats or not stats.same_order:
-        return None
-    return sum(stats.same_order) / len(stats.same_order)
+    return PartitionStats(
+        [p["rank"] for p in drawn], missing, length, epochs, overlap, unread, same_order, owners, order
+    )
 
 
 def _partition_findings(stats: PartitionStats) -> list[str]:
@@ -143,21 +127,31 @@ def _partition_findings(stats: PartitionStats) -> list[str]:
     world = len(stats.ranks)
     padding = math.ceil(stats.dataset_length / world) * world - stats.dataset_length  # DistributedSampler repeats these
     if 0 < repeats <= padding:
-        findings.append(f"The ranks split the data: no sample was read by two ranks in the same epoch, apart from {repeats} "
-                        "repeated to give every rank the same number (DistributedSampler's padding).")
+        findings.append(
+            f"The ranks split the data: no sample was read by two ranks in the same epoch, apart from {repeats} "
+            "repeated to give every rank the same number (DistributedSampler's padding)."
+        )
     elif worst >= 0.99 and world > 1:
-        findings.append(f"Every rank read the whole data set ({_percent(worst)} of the samples were read by more than one rank): "
-                        "the ranks did not split the data.")
+        findings.append(
+            f"Every rank read the whole data set ({_percent(worst)} of the samples were read by more than one rank): "
+            "the ranks did not split the data."
+        )
     elif worst > 0.01:
-        findings.append(f"Up to {_percent(worst)} of the samples were read by more than one rank in the same epoch (red in the picture).")
+        findings.append(
+            f"Up to {_percent(worst)} of the samples were read by more than one rank in the same epoch (red in the picture)."
+        )
     elif world > 1:
         findings.append("The ranks split the data: no sample was read by two ranks in the same epoch.")
     if max(stats.unread) > 0.01:
-        findings.append(f"Up to {_percent(max(stats.unread))} of the samples were read by no rank in an epoch (grey in the picture).")
+        findings.append(
+            f"Up to {_percent(max(stats.unread))} of the samples were read by no rank in an epoch (grey in the picture)."
+        )
     if stats.same_order:
         if all(stats.same_order):
-            findings.append(f"Rank {stats.ranks[0]} read the samples in the same order in every epoch: the data were not reshuffled "
-                            "between epochs (with shuffle=True, call sampler.set_epoch(epoch) at the start of each epoch).")
+            findings.append(
+                f"Rank {stats.ranks[0]} read the samples in the same order in every epoch: the data were not reshuffled "
+                "between epochs (with shuffle=True, call sampler.set_epoch(epoch) at the start of each epoch)."
+            )
         elif any(stats.same_order):
             repeats = [n + 2 for n, same in enumerate(stats.same_order) if same]
             findings.append(f"Epoch(s) {', '.join(map(str, repeats))} repeated the order of epoch 1.")
@@ -171,19 +165,32 @@ def partition_picture(partition: list[dict] | None) -> Picture:
     stats = partition_stats(partition)
     ranks = sorted(p["rank"] for p in partition or [])
     if stats is None:
-        note = ("No rank read its data through a DataLoader's sampler, so there is no record of which samples each "
-                "rank read.") if ranks else "No data were recorded."
+        note = (
+            (
+                "No rank read its data through a DataLoader's sampler, so there is no record of which samples each "
+                "rank read."
+            )
+            if ranks
+            else "No data were recorded."
+        )
         return Picture("partition", title, None, [], note)
-    note = (f"{ranks_text(stats.missing).capitalize()} read no data through a DataLoader's sampler and "
-            f"{'is' if len(stats.missing) == 1 else 'are'} not shown.") if stats.missing else ""
+    note = (
+        (
+            f"{ranks_text(stats.missing).capitalize()} read no data through a DataLoader's sampler and "
+            f"{'is' if len(stats.missing) == 1 else 'are'} not shown."
+        )
+        if stats.missing
+        else ""
+    )
     return Picture("partition", title, _partition_png(stats), _partition_findings(stats), note)
 
 
 def _partition_png(stats: PartitionStats) -> bytes:
     height = 1.25 + 0.22 * stats.epochs
     figure = Figure(figsize=(6.4, height))
-    grid = figure.add_gridspec(1, 2, width_ratios=(3.2, 1), wspace=0.06, left=0.1, right=0.87,
-                               top=1 - 0.3 / height, bottom=0.72 / height)
+    grid = figure.add_gridspec(
+        1, 2, width_ratios=(3.2, 1), wspace=0.06, left=0.1, right=0.87, top=1 - 0.3 / height, bottom=0.72 / height
+    )
     left, right = figure.add_subplot(grid[0]), figure.add_subplot(grid[1])
 
     # Left: epoch x dataset index, coloured by owner. Codes: 0 unread, 1 overlap, 2 + k the k-th drawn rank.
@@ -192,26 +199,55 @@ def _partition_png(stats: PartitionStats) -> bytes:
     colours = [UNREAD_COLOUR, OVERLAP_COLOUR] + [_rank_colour(r) for r in stats.ranks]
     cmap = ListedColormap(colours)
     norm = BoundaryNorm([c - 0.5 for c in range(len(colours) + 1)], len(colours))
-    left.imshow(image, aspect="auto", interpolation="nearest", cmap=cmap, norm=norm,
-                extent=(-0.5, stats.dataset_length - 0.5, stats.epochs + 0.5, 0.5))
+    left.imshow(
+        image,
+        aspect="auto",
+        interpolation="nearest",
+        cmap=cmap,
+        norm=norm,
+        extent=(-0.5, stats.dataset_length - 0.5, stats.epochs + 0.5, 0.5),
+    )
     left.set_yticks(range(1, stats.epochs + 1), [f"epoch {n}" for n in range(1, stats.epochs + 1)], fontsize=7)
     left.set_xlabel("dataset index", fontsize=8)
     left.tick_params(axis="x", labelsize=7)
     worst = max(stats.overlap)
-    left.set_title(f"who read each sample: overlap {_percent(worst)}", fontsize=9,
-                   color=OVERLAP_COLOUR if worst > 0.01 else "black", fontweight="bold" if worst > 0.01 else "normal")
+    left.set_title(
+        f"who read each sample: overlap {_percent(worst)}",
+        fontsize=9,
+        color=OVERLAP_COLOUR if worst > 0.01 else "black",
+        fontweight="bold" if worst > 0.01 else "normal",
+    )
 
     # Right: the first indices rank 0 read in each epoch, coloured by index: identical rows = same order.
     repeated = bool(stats.same_order) and all(stats.same_order)
-    right.set_title(f"rank {stats.ranks[0]}'s order" + (": repeated" if repeated else ""), fontsize=9,
-                    color=OVERLAP_COLOUR if repeated else "black", fontweight="bold" if repeated else "normal")
+    right.set_title(
+        f"rank {stats.ranks[0]}'s order" + (": repeated" if repeated else ""),
+        fontsize=9,
+        color=OVERLAP_COLOUR if repeated else "black",
+        fontweight="bold" if repeated else "normal",
+    )
     order = stats.order
     if order:
-        right.imshow(order, aspect="auto", interpolation="nearest", cmap="viridis", vmin=0, vmax=max(stats.dataset_length - 1, 1),
-                     extent=(0.5, len(order[0]) + 0.5, stats.epochs + 0.5, 0.5))
+        right.imshow(
+            order,
+            aspect="auto",
+            interpolation="nearest",
+            cmap="viridis",
+            vmin=0,
+            vmax=max(stats.dataset_length - 1, 1),
+            extent=(0.5, len(order[0]) + 0.5, stats.epochs + 0.5, 0.5),
+        )
         for number, same in enumerate(stats.same_order, start=2):
             if same:
-                right.text(len(order[0]) + 1.0, number, "= epoch 1", fontsize=7, color=OVERLAP_COLOUR, va="center", fontweight="bold")
+                right.text(
+                    len(order[0]) + 1.0,
+                    number,
+                    "= epoch 1",
+                    fontsize=7,
+                    color=OVERLAP_COLOUR,
+                    va="center",
+                    fontweight="bold",
+                )
     right.set_yticks([])
     right.set_xlabel("position (colour = index)", fontsize=8)
     right.tick_params(axis="x", labelsize=7)
@@ -220,12 +256,22 @@ def _partition_png(stats: PartitionStats) -> bytes:
     if len(stats.ranks) > 4:
         handles.append(Patch(color="white", label=f"... ({len(stats.ranks)} ranks)"))
     handles += [Patch(color=OVERLAP_COLOUR, label="2+ ranks (overlap)"), Patch(color=UNREAD_COLOUR, label="no rank")]
-    figure.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=7, frameon=False,
-                  bbox_to_anchor=(0.5, 0.0), handlelength=1.2, columnspacing=1.0, borderaxespad=0.2)
+    figure.legend(
+        handles=handles,
+        loc="lower center",
+        ncol=len(handles),
+        fontsize=7,
+        frameon=False,
+        bbox_to_anchor=(0.5, 0.0),
+        handlelength=1.2,
+        columnspacing=1.0,
+        borderaxespad=0.2,
+    )
     return _png(figure)
 
 
 # --- losses -------------------------------------------------------------------
+
 
 def _loss_series(losses: list[dict] | None) -> list[tuple[int, list[float], list[float]]]:
     series = []
@@ -250,8 +296,10 @@ def loss_picture(losses: list[dict] | None) -> Picture:
         return Picture("losses", title, None, [], "No rank recorded a training loss.")
     findings = []
     if identical_losses(losses):
-        findings.append("The ranks' curves lie exactly on top of each other: every rank computed the same losses, "
-                        "so every rank trained on the same batches.")
+        findings.append(
+            "The ranks' curves lie exactly on top of each other: every rank computed the same losses, "
+            "so every rank trained on the same batches."
+        )
     elif len(series) > 1:
         findings.append("Each rank has its own curve: each computed its loss on its own batches.")
     steps = sorted({len(s[1]) for s in series})
@@ -266,8 +314,15 @@ def loss_picture(losses: list[dict] | None) -> Picture:
     figure = Figure(figsize=(6.0, 2.5))
     axes = figure.add_subplot()
     for k, (rank, steps_, values) in enumerate(series):
-        axes.plot(steps_, values, color=_rank_colour(rank), linestyle=LINE_STYLES[k % len(LINE_STYLES)],
-                  linewidth=1.6 if k == 0 else 1.1, alpha=0.9, label=f"rank {rank}")
+        axes.plot(
+            steps_,
+            values,
+            color=_rank_colour(rank),
+            linestyle=LINE_STYLES[k % len(LINE_STYLES)],
+            linewidth=1.6 if k == 0 else 1.1,
+            alpha=0.9,
+            label=f"rank {rank}",
+        )
     positive = [v for v in finite if v > 0]
     if positive and len(positive) == len(finite) and max(positive) / min(positive) > 20:
         axes.set_yscale("log")
@@ -278,53 +333,82 @@ def loss_picture(losses: list[dict] | None) -> Picture:
     if len(series) <= 8:
         axes.legend(fontsize=7, frameon=False, ncol=min(len(series), 4), loc="upper right")
     if identical_losses(losses):
-        axes.text(0.5, 0.93, "all ranks' curves identical", transform=axes.transAxes, ha="center", va="top", fontsize=8,
-                  color=OVERLAP_COLOUR, fontweight="bold", bbox={"facecolor": "white", "edgecolor": OVERLAP_COLOUR, "pad": 2})
+        axes.text(
+            0.5,
+            0.93,
+            "all ranks' curves identical",
+            transform=axes.transAxes,
+            ha="center",
+            va="top",
+            fontsize=8,
+            color=OVERLAP_COLOUR,
+            fontweight="bold",
+            bbox={"facecolor": "white", "edgecolor": OVERLAP_COLOUR, "pad": 2},
+        )
     figure.tight_layout(pad=0.4)
     return Picture("losses", title, _png(figure), findings, note)
 
 
 # --- weight spread ---------------------------------------------------------------
 
+
 def spread_series(weight_spread: list | None) -> tuple[list[float], list[float]]:
     points = [(float(s), float(v)) for s, v in weight_spread or [] if v is not None]
     return [s for s, _ in points], [v for _, v in points]
 
 
-def max_spread(weight_spread: list | None) -> float | None:
-    steps, values = spread_series(weight_spread)
-    return max(values) if values else None
-
-
-def spread_picture(weight_spread: list | None, world_size: int | None = None) -> Picture:
+def spread_picture(weight_spread: list | None, tolerance: float, world_size: int | None = None) -> Picture:
+    """tolerance: the spread the judge allowed (weights_in_sync), drawn as the line."""
     title = "How far apart the ranks' weights are"
     steps, values = spread_series(weight_spread)
     if world_size == 1:
-        return Picture("weight_spread", title, None, [], "With a single rank there are no copies of the weights to compare.")
+        return Picture(
+            "weight_spread", title, None, [], "With a single rank there are no copies of the weights to compare."
+        )
     if not values:
-        return Picture("weight_spread", title, None, [], "The ranks recorded no common training steps, so their weights cannot be compared.")
+        return Picture(
+            "weight_spread",
+            title,
+            None,
+            [],
+            "The ranks recorded no common training steps, so their weights cannot be compared.",
+        )
     worst = max(values)
-    if worst <= SYNC_TOLERANCE:
-        findings = [f"The weights were the same on every rank at all {len(values)} recorded steps (the line stays at 0)."]
+    if worst <= tolerance:
+        findings = [
+            f"The weights were the same on every rank at all {len(values)} recorded steps (the line stays at 0)."
+        ]
     else:
-        first = next(s for s, v in zip(steps, values) if v > SYNC_TOLERANCE)
-        findings = [f"The ranks' weights drifted apart from step {first:g} on (largest relative difference {worst:.1e}): "
-                    "each rank trained its own copy of the model."]
+        first = next(s for s, v in zip(steps, values) if v > tolerance)
+        findings = [
+            f"The ranks' weights drifted apart from step {first:g} on (largest relative difference {worst:.1e}): "
+            "each rank trained its own copy of the model."
+        ]
 
     figure = Figure(figsize=(6.0, 2.2))
     axes = figure.add_subplot()
-    colour = "#2ca02c" if worst <= SYNC_TOLERANCE else OVERLAP_COLOUR
+    colour = "#2ca02c" if worst <= tolerance else OVERLAP_COLOUR
     axes.plot(steps, values, color=colour, linewidth=1.6, marker="o" if len(values) <= 60 else None, markersize=2.5)
     top = max(1.0, worst * 2)
-    axes.axhspan(SYNC_TOLERANCE, top, color=OVERLAP_COLOUR, alpha=0.07, linewidth=0)
-    axes.axhline(SYNC_TOLERANCE, color="#555555", linestyle="--", linewidth=0.9)
+    axes.axhspan(tolerance, top, color=OVERLAP_COLOUR, alpha=0.07, linewidth=0)
+    axes.axhline(tolerance, color="#555555", linestyle="--", linewidth=0.9)
     axes.text(0.01, 0.97, "out of sync", transform=axes.transAxes, fontsize=7, color=OVERLAP_COLOUR, va="top")
-    axes.text(0.01, SYNC_TOLERANCE / 1.6, "in sync", transform=axes.get_yaxis_transform(), fontsize=7, color="#2ca02c", va="top")
-    axes.text(0.99, SYNC_TOLERANCE * 1.6, f"tolerance {SYNC_TOLERANCE:g}", transform=axes.get_yaxis_transform(), fontsize=7,
-              color="#555555", va="bottom", ha="right")
+    axes.text(
+        0.01, tolerance / 1.6, "in sync", transform=axes.get_yaxis_transform(), fontsize=7, color="#2ca02c", va="top"
+    )
+    axes.text(
+        0.99,
+        tolerance * 1.6,
+        f"tolerance {tolerance:g}",
+        transform=axes.get_yaxis_transform(),
+        fontsize=7,
+        color="#555555",
+        va="bottom",
+        ha="right",
+    )
     axes.set_yscale("symlog", linthresh=SPREAD_FLOOR, linscale=0.3)
     axes.set_ylim(-SPREAD_FLOOR * 0.6, top)
-    ticks = [0.0] + [10.0 ** e for e in range(-6, int(math.log10(top)) + 1, 2)]
+    ticks = [0.0] + [10.0**e for e in range(-6, int(math.log10(top)) + 1, 2)]
     axes.set_yticks(ticks, ["0"] + [f"1e{e}" if e else "1" for e in range(-6, int(math.log10(top)) + 1, 2)])
     axes.minorticks_off()
     axes.set_xlabel("training step", fontsize=8)
@@ -337,17 +421,26 @@ def spread_picture(weight_spread: list | None, world_size: int | None = None) ->
 
 # --- all three ---------------------------------------------------------------------
 
+
 def pictures(details: dict | None, world_size: int | None = None) -> list[Picture]:
     """The report's pictures in order. A picture that cannot be drawn says why
     in its note instead of raising: a report must always render."""
     details = details or {}
-    makers = [("partition", "Which samples each rank read", lambda: partition_picture(details.get("partition"))),
-              ("losses", "Loss on each rank", lambda: loss_picture(details.get("losses"))),
-              ("weight_spread", "How far apart the ranks' weights are", lambda: spread_picture(details.get("weight_spread"), world_size))]
+    makers = [
+        ("partition", "Which samples each rank read", lambda: partition_picture(details.get("partition"))),
+        ("losses", "Loss on each rank", lambda: loss_picture(details.get("losses"))),
+        (
+            "weight_spread",
+            "How far apart the ranks' weights are",
+            lambda: spread_picture(details.get("weight_spread"), details["sync_tolerance"], world_size),
+        ),
+    ]
     made = []
     for key, title, make in makers:
         try:
             made.append(make())
         except Exception as error:  # noqa: BLE001 - a broken picture must not hide the report
-            made.append(Picture(key, title, None, [], f"This picture could not be drawn ({type(error).__name__}: {error})."))
+            made.append(
+                Picture(key, title, None, [], f"This picture could not be drawn ({type(error).__name__}: {error}).")
+            )
     return made

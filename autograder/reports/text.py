@@ -1,21 +1,27 @@
 """The terminal report: one line per check, and under each failure what was
 seen, on which rank, and what to change. Coloured with rich."""
+
 from __future__ import annotations
 
 from rich.console import Console
 from rich.padding import Padding
 from rich.text import Text
 
-from ..verdict import FAILED, PASSED, Report
-from ..wording import points
+from ..judge.verdict import FAILED, PASSED, SKIPPED, Report
+from ..wording import plural, points
 
-MARKS = {PASSED: ("PASS", "green"), FAILED: ("FAIL", "bold red"), "skipped": ("SKIP", "yellow")}
+MARKS = {PASSED: ("PASS", "green"), FAILED: ("FAIL", "bold red"), SKIPPED: ("SKIP", "yellow")}
 OUTPUT_LINES = 15
 
 
 def render(report: Report, console: Console, show_output: bool = False) -> None:
-    console.print(Text.assemble(("DDP autograder", "bold"), f"  {report.exercise}  ·  {report.world_size} ranks  ·  "
-                                f"{report.backend}  ·  {report.duration_s:.1f} s"))
+    console.print(
+        Text.assemble(
+            ("DDP autograder", "bold"),
+            f"  {report.exercise}  ·  {plural(report.world_size, 'rank')}  ·  "
+            f"{report.backend}  ·  {report.duration_s:.1f} s",
+        )
+    )
     if report.error:
         console.print(Text.assemble(("\nProblem: ", "bold red"), report.error))
         if report.error_hint:
@@ -24,15 +30,25 @@ def render(report: Report, console: Console, show_output: bool = False) -> None:
     width = max(len(v.title) for v in report.checks)
     for verdict in report.checks:
         mark, style = MARKS[verdict.status]
-        line = Text.assemble((f"{mark}  ", style), verdict.title.ljust(width + 2),
-                             (f"{points(verdict.points)}/{points(verdict.max_points)}", "dim"))
+        line = Text.assemble(
+            (f"{mark}  ", style),
+            verdict.title.ljust(width + 2),
+            (f"{points(verdict.points)}/{points(verdict.max_points)}", "dim"),
+        )
         console.print(line)
         if verdict.status == FAILED:
             console.print(Padding(Text(verdict.message), (0, 0, 0, 6)))
             if verdict.hint:
                 console.print(Padding(Text.assemble(("Hint: ", "bold cyan"), verdict.hint), (0, 0, 0, 6)))
-    console.print(Text.assemble(("\nScore: ", "bold"), f"{points(report.score)} / {points(report.max_score)}",
-                                ("   all checks passed" if report.passed else "", "green")))
+    for note in report.probe_errors:
+        console.print(Text.assemble(("\nGrader problem: ", "bold yellow"), note))
+    console.print(
+        Text.assemble(
+            ("\nScore: ", "bold"),
+            f"{points(report.score)} / {points(report.max_score)}",
+            ("   all checks passed" if report.passed else "", "green"),
+        )
+    )
     for rank in report.ranks:
         if rank.error or show_output:
             lines = rank.output.rstrip().splitlines()

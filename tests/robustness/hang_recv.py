@@ -1,4 +1,5 @@
 """Both ranks wait in recv for a message the other never sends: a deadlock."""
+
 import torch
 import torch.distributed as dist
 

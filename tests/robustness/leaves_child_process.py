@@ -1,4 +1,5 @@
 """Every rank starts a long-running child process and then hangs."""
+
 import subprocess
 import time
 

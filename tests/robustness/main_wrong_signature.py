@@ -1,4 +1,5 @@
 """main takes only the rank."""
+
 import torch.distributed as dist
 
 

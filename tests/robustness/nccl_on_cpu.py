@@ -1,4 +1,5 @@
 """Asks for nccl, which needs a GPU per rank."""
+
 import torch.distributed as dist
 
 

@@ -1,4 +1,5 @@
 """Names its entry point train instead of main."""
+
 import torch.distributed as dist
 
 

@@ -1,4 +1,5 @@
 """Rank 1 leaves with os._exit, which skips every cleanup."""
+
 import os
 
 import torch

@@ -1,4 +1,5 @@
 """Rank 1 raises while rank 0 goes on to a collective that needs rank 1."""
+
 import torch
 import torch.distributed as dist
 

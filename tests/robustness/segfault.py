@@ -1,4 +1,5 @@
 """Rank 0 crashes the interpreter itself."""
+
 import ctypes
 
 import torch.distributed as dist

@@ -1,4 +1,5 @@
 """Calls torch.cuda.set_device without checking that there is a GPU."""
+
 import torch
 import torch.distributed as dist
 

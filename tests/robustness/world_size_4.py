@@ -1,4 +1,5 @@
 """Hard-codes a world size of 4, as if there were 4 GPUs."""
+
 import torch.distributed as dist
 
 

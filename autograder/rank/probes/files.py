@@ -3,6 +3,7 @@
 An audit hook sees Python-level opens (logs, numpy, csv); torch.save is
 recorded by the checkpoint probe because it opens files in C++.
 """
+
 import os
 import sys
 

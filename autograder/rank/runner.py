@@ -1,52 +1,29 @@
 """What runs inside each rank: isolate the process, install the probes,
 import the submission and call its main(rank, world_size)."""
+
 from __future__ import annotations
 
-import ctypes
 import faulthandler
 import importlib.util
 import inspect
 import io
 import os
-import signal
 import sys
 import traceback
-from dataclasses import dataclass
 
+from .._process import die_with_parent
 from . import probes
 from .probes.state import RankState, StudentError
+from .spec import STACK_SIGNAL, RankSpec
 
 MODULE_NAME = "submission"
-STACK_SIGNAL = signal.SIGUSR1
-_PR_SET_PDEATHSIG = 1
-
-
-@dataclass(frozen=True)
-class RankSpec:
-    """The picklable part of the run context that a rank needs."""
-
-    world_size: int
-    backend: str
-    hide_gpus: bool
-    is_notebook: bool
-    module_path: str
-    source_dir: str
-    workdir: str
-    store_path: str
-    record_paths: tuple[str, ...]
-    output_paths: tuple[str, ...]
-    stack_paths: tuple[str, ...]
-    inherited_fds: tuple[int, ...]  # the parent's pipe ends, closed in forked ranks
 
 
 def _isolate(spec: RankSpec) -> None:
-    """Own process group (so the grader can kill the rank and all it started),
-    death with the grader, and none of the grader's pipe ends."""
+    """Own process group (so the launcher can kill the rank and all it started),
+    death with the launcher, and none of the launcher's pipe ends."""
     os.setpgid(0, 0)
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
+    die_with_parent()
     for fd in spec.inherited_fds:
         try:
             os.close(fd)
@@ -104,13 +81,17 @@ def _import_submission(spec: RankSpec):
 def _entry_point(module):
     main = getattr(module, "main", None)
     if not callable(main):
-        raise StudentError("No function main(rank, world_size) was found.",
-                           "The grader calls main(rank, world_size) in every rank: define it at the top level.")
+        raise StudentError(
+            "No function main(rank, world_size) was found.",
+            "The grader calls main(rank, world_size) in every rank: define it at the top level.",
+        )
     try:
         inspect.signature(main).bind(0, 1)
     except TypeError:
-        raise StudentError(f"main{inspect.signature(main)} cannot be called as main(rank, world_size).",
-                           "Give it exactly those two parameters.") from None
+        raise StudentError(
+            f"main{inspect.signature(main)} cannot be called as main(rank, world_size).",
+            "Give it exactly those two parameters.",
+        ) from None
     return main
 
 
@@ -132,7 +113,6 @@ def _record_error(state: RankState, error: BaseException, spec: RankSpec) -> Non
         message=(error.message if isinstance(error, StudentError) else str(error))[:4000],
         hint=error.hint if isinstance(error, StudentError) else "",
         frames=_student_frames(error, spec.module_path),
-        traceback="".join(traceback.format_exception(error))[-8000:],
     )
 
 
@@ -151,8 +131,15 @@ def run_rank(rank: int, spec: RankSpec) -> None:
     sys.path.insert(0, spec.source_dir)
     sys.argv = [spec.module_path]
 
-    state = RankState(rank=rank, world_size=spec.world_size, backend=spec.backend, store_path=spec.store_path,
-                      workdir=spec.workdir, record_path=spec.record_paths[rank], is_notebook=spec.is_notebook)
+    state = RankState(
+        rank=rank,
+        world_size=spec.world_size,
+        backend=spec.backend,
+        store_path=spec.store_path,
+        workdir=spec.workdir,
+        record_path=spec.record_paths[rank],
+        is_notebook=spec.is_notebook,
+    )
     probes.install(state)
     failed = False
     try:

@@ -1,16 +1,19 @@
 """What a check returns, and the report that gathers them."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
+from .events import CheckStatus
+
+PASSED, FAILED, SKIPPED = CheckStatus.PASSED, CheckStatus.FAILED, CheckStatus.SKIPPED
 
 
 @dataclass(frozen=True)
 class Outcome:
     """A check's finding, before its id and points are attached."""
 
-    status: str
+    status: CheckStatus
     message: str
     hint: str = ""
     rank: int | None = None
@@ -33,7 +36,7 @@ def skipped(reason: str) -> Outcome:
 class Verdict:
     id: str
     title: str
-    status: str
+    status: CheckStatus
     points: float
     max_points: float
     message: str
@@ -70,6 +73,9 @@ class Report:
     files_left: list[str] = field(default_factory=list)
     # Per-rank series for the pictures: partition, losses, weight spread.
     details: dict = field(default_factory=dict)
+    # Where the grader could not observe something (a probe failed): a grader
+    # problem to tell the instructor about, never the student's fault.
+    probe_errors: list[str] = field(default_factory=list)
 
     @property
     def score(self) -> float:
@@ -90,9 +96,3 @@ class Report:
         # Short: the notebook saves this text beside the HTML.
         state = "all checks passed" if self.passed else f"{sum(not v.passed for v in self.checks)} check(s) failed"
         return f"<Report {self.exercise}: {self.score:g}/{self.max_score:g}, {state}{'; ' + self.error if self.error else ''}>"
-
-    def _repr_html_(self) -> str:
-        """Jupyter shows the report when a cell ends with check(...)."""
-        from .reports import html  # lazily: matplotlib is imported only when a report is shown
-
-        return html.render(self)

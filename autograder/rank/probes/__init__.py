@@ -4,6 +4,7 @@ Each probe wraps one piece of torch (a function, a method, a hook) so that the
 student's call still happens, and writes a fact to the rank's record file.
 Probes never decide anything; the checks do that from the records.
 """
+
 from . import checkpoint, ddp, files, process_group, sampler, spawn_guard, training
 from .state import RankState
 

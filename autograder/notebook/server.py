@@ -1,4 +1,4 @@
-"""A warm grader for notebook kernels: `python -m autograder.server`.
+"""A warm grader for notebook kernels: `python -m autograder.notebook.server`.
 
 It imports torch once, then reads one JSON request per line on stdin and
 answers one JSON line on stdout. Each request is graded in a process forked
@@ -6,22 +6,20 @@ from this one, which has run no torch computation, so the ranks fork from it
 too and start in milliseconds. A kernel keeps one server: checks after the
 first skip the seconds of interpreter and torch start-up.
 """
+
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import signal
 import sys
 
 import torch  # noqa: F401  (the point of the server: imported once, before any fork)
 import torch._dynamo  # noqa: F401
 
-from .errors import CannotGrade
-from .grading import grade
-from .reports import json_report
-
-_PR_SET_PDEATHSIG = 1
+from .._process import die_with_parent
+from ..errors import CannotGrade
+from ..grading import grade
+from ..reports import json_report
 
 
 def _grade_in_child(request: dict) -> int:
@@ -30,8 +28,14 @@ def _grade_in_child(request: dict) -> int:
     if pid == 0:
         status = 2
         try:
-            report = grade(request["path"], request["exercise"], request["world_size"], request["backend"],
-                           request["timeout_s"], fork_from_here=True)
+            report = grade(
+                request["path"],
+                request["exercise"],
+                request["world_size"],
+                request["backend"],
+                request["timeout_s"],
+                fork_from_here=True,
+            )
             json_report.write(report, request["report_path"])
             status = 0 if report.passed else 1
         except CannotGrade as error:
@@ -47,10 +51,7 @@ def _grade_in_child(request: dict) -> int:
 
 
 def serve() -> None:
-    try:  # die with the kernel that started us
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
+    die_with_parent()  # the kernel that started us
     answers = sys.stdout
     sys.stdout = sys.stderr  # nothing else may write on the answer channel
     print(json.dumps({"ready": True}), file=answers, flush=True)

@@ -5,6 +5,7 @@ A pipe rather than a file, so a submission that prints gigabytes costs
 memory for a few kilobytes and no disk. A named pipe, so it works the same
 for forked and spawned ranks.
 """
+
 import os
 import threading
 

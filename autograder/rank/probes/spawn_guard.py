@@ -5,6 +5,7 @@ spawn that runs at import time (outside `if __name__ == "__main__":`) would
 start ranks inside ranks. In a script that is a mistake worth a clear error;
 in a notebook, a cell that launches the job is normal, so it is skipped.
 """
+
 import functools
 
 import torch.multiprocessing as mp
@@ -16,13 +17,12 @@ def install(state: RankState) -> None:
     def guard(original):
         @functools.wraps(original)
         def refuse(*args, **kwargs):
-            state.record("student_spawn", notebook=state.is_notebook)
             if state.is_notebook:
                 return None
             raise StudentError(
                 f"Your file calls mp.{original.__name__} when it is imported, but the grader imports your file "
                 "in each rank and calls main(rank, world_size) itself.",
-                "Put the mp.spawn call under `if __name__ == \"__main__\":` at the bottom of the file.",
+                'Put the mp.spawn call under `if __name__ == "__main__":` at the bottom of the file.',
             )
 
         return refuse

@@ -1,5 +1,6 @@
 """Probe: optimizer steps, the loss of each backward pass, and snapshots of
 the parameters (as fingerprints) at sampled steps and at the end."""
+
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
@@ -31,7 +32,6 @@ def install(state: RankState) -> None:
             wrapped = ddp.wrapped_parameter_ids(state)
             state.record(
                 "first_step",
-                optimizer=type(optimizer).__name__,
                 parameters=len(params),
                 parameters_in_ddp=sum(id(p) in wrapped for p in params),
                 fingerprint=fingerprint.parameters(params),
@@ -62,4 +62,6 @@ def finish(state: RankState) -> None:
     params = state.extras.get("trained", {}).get("params")
     if not params and ddp.last_wrapped_module(state) is not None:  # nothing stepped: compare the DDP model
         params = list(ddp.last_wrapped_module(state).parameters())
-    state.record("training_end", steps=state.steps, losses=losses, fingerprint=fingerprint.parameters(params) if params else None)
+    state.record(
+        "training_end", steps=state.steps, losses=losses, fingerprint=fingerprint.parameters(params) if params else None
+    )

@@ -1,7 +1,8 @@
 """Choose the backend for a run from what this machine has."""
+
 from __future__ import annotations
 
-from .errors import CannotGrade
+from ..errors import CannotGrade
 
 BACKENDS = ("auto", "gloo", "nccl")
 

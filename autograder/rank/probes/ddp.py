@@ -1,5 +1,6 @@
 """Probe: each DistributedDataParallel wrapper, where its module lives, and
 whether its forward (the part that makes gradients get averaged) ran."""
+
 import functools
 
 from torch.nn.parallel import DistributedDataParallel
@@ -19,8 +20,7 @@ def install(state: RankState) -> None:
 
     @functools.wraps(original_init)
     def __init__(self, module, *args, **kwargs):
-        state.record("ddp_created", module=type(module).__name__, devices=state.guarded(_devices, module),
-                     device_ids=[str(d) for d in (kwargs.get("device_ids") or (args[0] if args else None) or [])])
+        state.record("ddp_created", devices=state.guarded(_devices, module))
         original_init(self, module, *args, **kwargs)
         number = len(modules)
         modules.append(module)

@@ -1,14 +1,7 @@
-"""Checking from a notebook.
+"""The kernel's side of grading: a client of the warm grader process
+(autograder.notebook.server), and a cache of its reports per file content
+and settings."""
 
-    from autograder.notebook import check
-    check("linear_regression_ddp.py", exercise="linear_regression")
-
-The grading runs outside the kernel, in a warm grader process
-(autograder.server) started when this module is imported: nothing a
-submission does (a crash, os._exit, C++ warnings on stderr, a hang) can reach
-the kernel or its cell output, and after the first check no time goes into
-starting Python and importing torch again.
-"""
 from __future__ import annotations
 
 import hashlib
@@ -21,9 +14,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .context import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE
-from .reports import json_report
-from .verdict import Report
+from ..judge.verdict import Report
+from ..launch import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE
+from ..reports import json_report
 
 # The grader's own deadline, plus time to start Python and write the report.
 STARTUP_MARGIN_S = 60
@@ -38,9 +31,14 @@ class _Server:
     """One warm grader per kernel, restarted if it dies or stops answering."""
 
     def __init__(self):
-        self.process = subprocess.Popen([sys.executable, "-m", "autograder.server"], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                        start_new_session=True)  # its own group, so it can be killed whole
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "autograder.notebook.server"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )  # its own group, so it can be killed whole
         self.ready = False
 
     def _answer(self, timeout_s: float) -> dict:
@@ -48,7 +46,11 @@ class _Server:
         line = self.process.stdout.readline() if ready else ""
         if not line:
             self.stop()
-            raise GradingFailed(f"The grader did not answer within {timeout_s:g} s." if not ready else "The grader stopped unexpectedly.")
+            raise GradingFailed(
+                f"The grader did not answer within {timeout_s:g} s."
+                if not ready
+                else "The grader stopped unexpectedly."
+            )
         return json.loads(line)
 
     def grade(self, request: dict, timeout_s: float) -> int:
@@ -87,8 +89,13 @@ def grading_key(path: str | os.PathLike, exercise: str, world_size: int, backend
     return (str(path), content, exercise, world_size, backend, timeout_s)
 
 
-def run(path: str | os.PathLike, exercise: str, world_size: int = DEFAULT_WORLD_SIZE, backend: str = "auto",
-        timeout_s: float = DEFAULT_TIMEOUT_S) -> Report:
+def run(
+    path: str | os.PathLike,
+    exercise: str,
+    world_size: int = DEFAULT_WORLD_SIZE,
+    backend: str = "auto",
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> Report:
     """Grade outside the kernel; the same file content and settings are graded once per kernel."""
     key = grading_key(path, exercise, world_size, backend, timeout_s)
     if key not in _cache:
@@ -99,8 +106,14 @@ def run(path: str | os.PathLike, exercise: str, world_size: int = DEFAULT_WORLD_
 def _grade_outside(path: Path, exercise: str, world_size: int, backend: str, timeout_s: float) -> Report:
     with tempfile.TemporaryDirectory(prefix="ddp-check-") as folder:
         report_path = Path(folder) / "report.json"
-        request = {"path": str(path), "exercise": exercise, "world_size": world_size, "backend": backend,
-                   "timeout_s": timeout_s, "report_path": str(report_path)}
+        request = {
+            "path": str(path),
+            "exercise": exercise,
+            "world_size": world_size,
+            "backend": backend,
+            "timeout_s": timeout_s,
+            "report_path": str(report_path),
+        }
         _running_server().grade(request, timeout_s + STARTUP_MARGIN_S)
         error_path = Path(str(report_path) + ".error")
         if error_path.exists():
@@ -110,10 +123,6 @@ def _grade_outside(path: Path, exercise: str, world_size: int, backend: str, tim
         return json_report.from_dict(json.loads(report_path.read_text()))
 
 
-def check(path: str | os.PathLike, exercise: str, world_size: int = DEFAULT_WORLD_SIZE, backend: str = "auto",
-          timeout_s: float = DEFAULT_TIMEOUT_S) -> Report:
-    """Check your code; the report shows itself when this is the last line of a cell."""
-    return run(path, exercise, world_size, backend, timeout_s)
-
-
-_running_server()  # warm up while the student reads the next cell
+def start() -> None:
+    """Start the warm grader now, so the first check does not wait for torch to import."""
+    _running_server()

@@ -1,4 +1,5 @@
 """Small, comparable summaries of big things: parameters and data set samples."""
+
 import hashlib
 
 import numpy as np

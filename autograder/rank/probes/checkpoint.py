@@ -4,6 +4,7 @@ the plain (unwrapped) model with strict=True.
 torch.save opens its file in C++, so no Python audit hook sees it: the
 function itself is wrapped.
 """
+
 import collections
 import copy
 import functools
@@ -21,7 +22,11 @@ MODEL_KEYS = ("model_state_dict", "model_state", "state_dict", "model")
 
 
 def _is_state_dict(obj) -> bool:
-    return isinstance(obj, Mapping) and bool(obj) and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items())
+    return (
+        isinstance(obj, Mapping)
+        and bool(obj)
+        and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items())
+    )
 
 
 def find_model_state(obj):
@@ -33,16 +38,6 @@ def find_model_state(obj):
         for key in sorted(candidates, key=lambda k: (str(k) not in MODEL_KEYS, "model" not in str(k).lower())):
             return obj[key]
     return None
-
-
-def _describe(obj) -> dict:
-    state = find_model_state(obj)
-    return {
-        "type": type(obj).__name__,
-        "keys": [str(k) for k in list(obj)[:12]] if isinstance(obj, Mapping) else None,
-        "model_state_keys": list(state)[:6] if state is not None else None,
-        "whole_module": isinstance(obj, nn.Module),
-    }
 
 
 def _target_name(f) -> str | None:
@@ -78,7 +73,7 @@ def install(state: RankState) -> None:
     @functools.wraps(original_save)
     def save(obj, f, *args, **kwargs):
         target = _target_name(f)
-        state.record("torch_save", path=target, **state.guarded(_describe, obj) or {})
+        state.record("torch_save", path=target)
         saves.append((target, obj))
         return original_save(obj, f, *args, **kwargs)
 
@@ -98,7 +93,11 @@ def _load_back(state: RankState) -> dict:
     target, obj = state.extras["saves"][-1]
     saved_state = find_model_state(obj)
     if saved_state is None:
-        return {"path": target, "ok": False, "problem": "whole_module" if isinstance(obj, nn.Module) else "no_model_state"}
+        return {
+            "path": target,
+            "ok": False,
+            "problem": "whole_module" if isinstance(obj, nn.Module) else "no_model_state",
+        }
     model = _plain_model_for(state, saved_state)
     if model is None:
         return {"path": target, "ok": False, "problem": "no_model"}
@@ -112,7 +111,13 @@ def _load_back(state: RankState) -> dict:
     try:
         copy.deepcopy(model).load_state_dict(saved_state, strict=True)
     except Exception as error:  # the error text names the missing/unexpected keys
-        return {"path": target, "ok": False, "problem": "strict_load", "error": str(error)[:2000], "model": type(model).__name__}
+        return {
+            "path": target,
+            "ok": False,
+            "problem": "strict_load",
+            "error": str(error)[:2000],
+            "model": type(model).__name__,
+        }
     return {"path": target, "ok": True, "model": type(model).__name__}
 
 

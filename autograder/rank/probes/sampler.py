@@ -2,6 +2,7 @@
 per epoch, its set_epoch calls, and a fingerprint of the data set behind it.
 Plain samplers (what a DataLoader uses without a DistributedSampler) record
 their indices too, so a report can show every rank reading everything."""
+
 import functools
 import random
 
@@ -32,7 +33,9 @@ def _sampled_items(dataset, length):
     An item whose two reads differ comes from a random transform; it says
     nothing about the data set and is left out.
     """
-    indices = sorted({round(i * (length - 1) / max(SAMPLED_ITEMS - 1, 1)) for i in range(SAMPLED_ITEMS)}) if length else []
+    indices = (
+        sorted({round(i * (length - 1) / max(SAMPLED_ITEMS - 1, 1)) for i in range(SAMPLED_ITEMS)}) if length else []
+    )
     states = (torch.random.get_rng_state(), random.getstate(), np.random.get_state())
     try:
         hashes, unstable = {}, 0
@@ -58,7 +61,6 @@ def _dataset_fingerprint(dataset):
 def install(state: RankState) -> None:
     original_init = DistributedSampler.__init__
     original_iter = DistributedSampler.__iter__
-    original_set_epoch = DistributedSampler.set_epoch
     counter = iter(range(10**9))
 
     @functools.wraps(original_init)
@@ -71,25 +73,25 @@ def install(state: RankState) -> None:
             num_replicas=self.num_replicas,
             rank=self.rank,
             shuffle=self.shuffle,
-            seed=self.seed,
             drop_last=self.drop_last,
-            dataset_type=type(self.dataset).__name__,
             dataset=state.guarded(_dataset_fingerprint, self.dataset),
         )
 
-    DistributedSampler.__iter__ = _recording_iter(state, original_iter, "sampler_epoch",
-                                                  lambda sampler: {"sampler": getattr(sampler, "_grader_id", -1), "epoch": sampler.epoch})
+    DistributedSampler.__iter__ = _recording_iter(
+        state,
+        original_iter,
+        "sampler_epoch",
+        lambda sampler: {"sampler": getattr(sampler, "_grader_id", -1), "epoch": sampler.epoch},
+    )
     for plain in (RandomSampler, SequentialSampler):
-        plain.__iter__ = _recording_iter(state, plain.__iter__, "plain_sampler_epoch",
-                                         lambda sampler: {"sampler_type": type(sampler).__name__, "length": len(sampler.data_source)})
-
-    @functools.wraps(original_set_epoch)
-    def set_epoch(self, epoch):
-        state.record("set_epoch", sampler=getattr(self, "_grader_id", -1), epoch=epoch)
-        return original_set_epoch(self, epoch)
+        plain.__iter__ = _recording_iter(
+            state,
+            plain.__iter__,
+            "plain_sampler_epoch",
+            lambda sampler: {"sampler_type": type(sampler).__name__, "length": len(sampler.data_source)},
+        )
 
     DistributedSampler.__init__ = __init__
-    DistributedSampler.set_epoch = set_epoch
 
 
 def _recording_iter(state: RankState, original_iter, kind: str, describe):

@@ -6,6 +6,7 @@ gradings can share one machine. Arguments that cannot work under this run
 (a wrong world size, nccl without GPUs) are refused at once with a message,
 instead of hanging until a timeout.
 """
+
 import datetime
 import functools
 import inspect
@@ -56,10 +57,6 @@ def install(state: RankState) -> None:
         state.record(
             "init_process_group",
             backend=asked["backend"],
-            world_size=asked["world_size"],
-            rank=asked["rank"],
-            init_method=asked["init_method"],
-            cuda_device=torch.cuda.current_device() if torch.cuda.is_initialized() else None,
             set_device_calls=list(set_device_calls),
         )
         try:
@@ -78,14 +75,14 @@ def install(state: RankState) -> None:
             pg_options=asked["pg_options"],
             device_id=asked["device_id"],
         )
-        state.record("process_group_ready", backend=dist.get_backend(), world_size=dist.get_world_size(), rank=dist.get_rank())
+        state.record("process_group_ready", backend=dist.get_backend())
 
     original_destroy = state.extras["destroy_process_group"] = dist.destroy_process_group
 
     @functools.wraps(original_destroy)
     def destroy_process_group(*args, **kwargs):
         group = args[0] if args else kwargs.get("group")
-        state.record("destroy_process_group", default_group=group is None or group is c10d.GroupMember.WORLD, was_initialized=dist.is_initialized())
+        state.record("destroy_process_group", default_group=group is None or group is c10d.GroupMember.WORLD)
         return original_destroy(*args, **kwargs)
 
     original_set_device = torch.cuda.set_device
@@ -93,7 +90,6 @@ def install(state: RankState) -> None:
     @functools.wraps(original_set_device)
     def set_device(device):
         set_device_calls.append(str(device))
-        state.record("cuda_set_device", device=str(device), before_init=not dist.is_initialized())
         return original_set_device(device)
 
     for module in (dist, c10d):

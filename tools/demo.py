@@ -1,4 +1,4 @@
-"""`python -m autograder demo`: grade the bundled sample students with the real nbgrader pipeline.
+"""`python -m tools.demo [--keep]`: grade the bundled sample students with the real nbgrader pipeline.
 
 In a temporary copy of the course (nbgrader_config.py and source/) it runs the
 commands an instructor runs:
@@ -20,6 +20,7 @@ released program, in order; a file named <grade_id>.py replaces the solution
 cell with that grade id. A cell without an answer keeps its stub, so a student
 with no answers submits the release untouched.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,19 +32,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from .wording import points
+from autograder.exercises import ASSIGNMENTS, LEFT_BY_RUNNING
+from autograder.wording import points
 
 ROOT = Path(__file__).resolve().parents[1]  # the course directory (a checkout of the repository)
 SAMPLES = ROOT / "tests" / "samples"
-ASSIGNMENTS = ("ddp_intro", "linear_regression", "mnist_ddp")
 STUDENTS = {  # id: (first name, last name, what the sample shows)
     "ada": ("Ada", "Sample", "all right"),
     "brook": ("Brook", "Sample", "classic mistakes"),
     "cy": ("Cy", "Sample", "blank release"),
 }
-# What running the source notebooks in place can leave next to them; never part of the course copy.
-GENERATED = (".ipynb_checkpoints", "__pycache__", "*.pyc", "data", "*.pt", "linear_regression_ddp.py", "mnist_ddp.py",
-             "allreduce_demo.py")
 
 
 class CommandFailed(RuntimeError):
@@ -54,7 +52,7 @@ def copy_course(dest: Path, root: Path = ROOT) -> Path:
     """A fresh course directory: the nbgrader config and the source notebooks."""
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy2(root / "nbgrader_config.py", dest / "nbgrader_config.py")
-    shutil.copytree(root / "source", dest / "source", ignore=shutil.ignore_patterns(*GENERATED))
+    shutil.copytree(root / "source", dest / "source", ignore=shutil.ignore_patterns(*LEFT_BY_RUNNING))
     return dest
 
 
@@ -68,11 +66,20 @@ def nbgrader_env() -> dict[str, str]:
 def nbgrader(course: Path, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
     """Run one nbgrader command in the course directory; raise CommandFailed with its log if it fails."""
     command = [sys.executable, "-m", "nbgrader", *args]
-    done = subprocess.run(command, cwd=course, env=nbgrader_env(), capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        command,
+        cwd=course,
+        env=nbgrader_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
     if done.returncode != 0:
         log = (done.stdout + done.stderr).strip().splitlines()
-        raise CommandFailed(f"`nbgrader {' '.join(args)}` exited with status {done.returncode}:\n" + "\n".join(log[-40:]))
+        raise CommandFailed(
+            f"`nbgrader {' '.join(args)}` exited with status {done.returncode}:\n" + "\n".join(log[-40:])
+        )
     return done
 
 
@@ -178,8 +185,10 @@ def run_demo(keep: bool = False) -> int:
 
     console = Console(highlight=False)
     if not (ROOT / "nbgrader_config.py").is_file() or not SAMPLES.is_dir():
-        console.print(f"[bold red]The demo needs the course repository[/] (nbgrader_config.py, source/, tests/samples/); "
-                      f"not found under {ROOT}.")
+        console.print(
+            f"[bold red]The demo needs the course repository[/] (nbgrader_config.py, source/, tests/samples/); "
+            f"not found under {ROOT}."
+        )
         return 1
     course = Path(tempfile.mkdtemp(prefix="ddp-course-demo-"))
     started = time.monotonic()
@@ -194,14 +203,24 @@ def run_demo(keep: bool = False) -> int:
         console.print(f"[bold]ddp-course demo[/]: grading {len(STUDENTS)} sample students with nbgrader in {course}")
         copy_course(course)
         for student, (first, last, _) in STUDENTS.items():
-            step(f"nbgrader db student add {student}", "db", "student", "add", student, f"--first-name={first}", f"--last-name={last}")
+            step(
+                f"nbgrader db student add {student}",
+                "db",
+                "student",
+                "add",
+                student,
+                f"--first-name={first}",
+                f"--last-name={last}",
+            )
         for assignment in ASSIGNMENTS:
             step(f"nbgrader db assignment add {assignment}", "db", "assignment", "add", assignment)
             step(f"nbgrader generate_assignment {assignment}", "generate_assignment", assignment, "--force")
         for student in STUDENTS:
             for assignment in ASSIGNMENTS:
                 submit(course, student, assignment, SAMPLES / student / assignment)
-        console.print(f"  {len(STUDENTS) * len(ASSIGNMENTS)} notebooks put into submitted/ from {SAMPLES.relative_to(ROOT)}/")
+        console.print(
+            f"  {len(STUDENTS) * len(ASSIGNMENTS)} notebooks put into submitted/ from {SAMPLES.relative_to(ROOT)}/"
+        )
         for assignment in ASSIGNMENTS:
             step(f"nbgrader autograde {assignment}", "autograde", assignment)
         for assignment in ASSIGNMENTS:
@@ -232,10 +251,14 @@ def run_demo(keep: bool = False) -> int:
                     console.print(f"  {student} · {assignment} · {cell} [red](-{_points(lost)})[/]")
                     console.print(Padding(escape(why), (0, 0, 0, 6)), style="dim")
         if blank:
-            console.print(f"{', '.join(blank)}: 0 points everywhere (every grade cell failed: the stubs raise NotImplementedError).")
+            console.print(
+                f"{', '.join(blank)}: 0 points everywhere (every grade cell failed: the stubs raise NotImplementedError)."
+            )
         console.print(f"\nDone in {time.monotonic() - started:.0f} s.")
         if keep:
-            console.print(f"Course folder kept: {course}\n  feedback: {course / 'feedback'}/<student>/<assignment>/*.html")
+            console.print(
+                f"Course folder kept: {course}\n  feedback: {course / 'feedback'}/<student>/<assignment>/*.html"
+            )
         return 0
     except (CommandFailed, subprocess.TimeoutExpired) as error:
         console.print(f"[bold red]The demo failed:[/] {error}")
@@ -245,3 +268,15 @@ def run_demo(keep: bool = False) -> int:
     finally:
         if not keep:
             shutil.rmtree(course, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m tools.demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keep", action="store_true", help="keep the temporary course folder and print where it is")
+    return run_demo(keep=parser.parse_args(argv).keep)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,11 +1,14 @@
 """What the probes of one rank share: who this rank is, and where facts go."""
+
 from __future__ import annotations
 
 import json
 import time
-import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+
+from ...judge.events import validate
 
 
 class StudentError(Exception):
@@ -36,6 +39,7 @@ class RankState:
         self._file = open(self.record_path, "a", buffering=1)
 
     def record(self, kind: str, **facts: Any) -> None:
+        validate(kind, facts)
         line = json.dumps({"kind": kind, "time": time.time(), "step": self.steps, **facts}, default=str)
         self._file.write(line + "\n")
 
@@ -45,8 +49,12 @@ class RankState:
             return fn(*args, **kwargs)
         except StudentError:
             raise
-        except Exception:
-            self.record("probe_error", where=getattr(fn, "__qualname__", repr(fn)), traceback=traceback.format_exc())
+        except Exception as error:
+            self.record(
+                "probe_error",
+                where=getattr(fn, "__qualname__", repr(fn)),
+                error=f"{type(error).__name__}: {error}"[:500],
+            )
             return None
 
     def close(self) -> None:

@@ -1,0 +1,126 @@
+"""The records of one run, as the checks see them: each rank's events (as
+the event schema declares them) and what the launcher saw from outside."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..launch import LaunchResult, RankOutcome, RankStatus
+from ..submission import StudentProblem
+from ..wording import RANK_STATUS_WORDS
+from .events import EVENTS, parse
+
+
+@dataclass
+class RankRecords:
+    rank: int
+    events: list[dict]
+    outcome: RankOutcome | None
+
+    def all(self, kind: str) -> list[dict]:
+        assert kind in EVENTS, kind  # a check reading an undeclared kind is a grader bug
+        return [e for e in self.events if e["kind"] == kind]
+
+    def first(self, kind: str) -> dict | None:
+        return next(iter(self.all(kind)), None)
+
+    @property
+    def finished(self) -> bool:
+        done = self.first("rank_done")
+        return (
+            done is not None
+            and not done["failed"]
+            and self.outcome is not None
+            and self.outcome.status == RankStatus.FINISHED
+        )
+
+    @property
+    def error(self) -> dict | None:
+        return self.first("error")
+
+
+@dataclass
+class RunRecords:
+    exercise: str
+    world_size: int
+    backend: str
+    ranks: list[RankRecords]
+    launch: LaunchResult | None
+    files_left: list[str] = field(default_factory=list)
+    problem: StudentProblem | None = None  # the code could not run at all
+
+    @property
+    def all_finished(self) -> bool:
+        return self.problem is None and bool(self.ranks) and all(r.finished for r in self.ranks)
+
+    def why_not_reached(self, rank: int) -> str:
+        """Why a rank has no record of something: for messages."""
+        if self.problem is not None:
+            return "the code could not run (see the error above)"
+        records = self.ranks[rank] if rank < len(self.ranks) else None
+        status = records.outcome.status if records and records.outcome else None
+        if status in (RankStatus.HUNG, RankStatus.STOPPED):
+            return f"rank {rank} was {RANK_STATUS_WORDS[status]}"
+        if records is not None and records.error is not None:
+            return f"rank {rank} stopped with an error first (see the error above)"
+        return f"rank {rank} finished without doing it"
+
+    # Saved runs are the fixtures of the judge's fast tests (tools/record_fixtures.py).
+    def to_dict(self) -> dict:
+        launch = None
+        if self.launch is not None:
+            launch = asdict(self.launch) | {"record_paths": []}
+        return {
+            "exercise": self.exercise,
+            "world_size": self.world_size,
+            "backend": self.backend,
+            "ranks": [{"rank": r.rank, "events": r.events} for r in self.ranks],
+            "launch": launch,
+            "files_left": self.files_left,
+            "problem": asdict(self.problem) if self.problem else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RunRecords:
+        launch = None
+        if data["launch"] is not None:
+            outcomes = [RankOutcome(**(o | {"status": RankStatus(o["status"])})) for o in data["launch"]["ranks"]]
+            launch = LaunchResult(**(data["launch"] | {"ranks": outcomes}))
+        ranks = [RankRecords(r["rank"], _parsed(r["events"]), _outcome(launch, r["rank"])) for r in data["ranks"]]
+        problem = StudentProblem(**data["problem"]) if data["problem"] else None
+        return cls(data["exercise"], data["world_size"], data["backend"], ranks, launch, data["files_left"], problem)
+
+
+def _parsed(raw_events) -> list[dict]:
+    return [event for event in map(parse, raw_events) if event is not None]
+
+
+def _outcome(launch: LaunchResult | None, rank: int) -> RankOutcome | None:
+    return launch.ranks[rank] if launch is not None and rank < len(launch.ranks) else None
+
+
+def read_events(path: Path) -> list[dict]:
+    lines = []
+    try:
+        with open(path, errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        pass
+    raw = []
+    for line in lines:
+        try:
+            raw.append(json.loads(line))
+        except ValueError:  # the last line of a killed rank may be cut short
+            pass
+    return _parsed(raw)
+
+
+def collect(exercise: str, world_size: int, backend: str, launch: LaunchResult, files_left) -> RunRecords:
+    paths = launch.record_paths
+    ranks = [
+        RankRecords(rank, read_events(paths[rank]) if rank < len(paths) else [], _outcome(launch, rank))
+        for rank in range(world_size)
+    ]
+    return RunRecords(exercise, world_size, backend, ranks, launch, files_left)

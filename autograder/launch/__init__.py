@@ -1,0 +1,87 @@
+"""Launch, the parent side: start a run's ranks, watch them against the
+deadline, and leave no process behind.
+
+A launcher is one class behind the `Launcher` interface. It is given a `Job`
+(what to run) and a private folder, lays out the run's own files there (the
+rendezvous store, the record and output of each rank) and returns a
+`LaunchResult`: what it saw of each rank from outside, and where each rank's
+records are. This module imports no torch, so the judge and the notebook side
+can use its types.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from enum import StrEnum
+from importlib import import_module
+from pathlib import Path
+from typing import ClassVar
+
+DEFAULT_WORLD_SIZE = 2
+DEFAULT_TIMEOUT_S = 120.0
+
+
+class RankStatus(StrEnum):
+    FINISHED = "finished"
+    FAILED = "failed"
+    STOPPED = "stopped"  # killed by the launcher because another rank failed
+    HUNG = "hung"  # still running at the deadline
+    NOT_STARTED = "not started"
+
+
+@dataclass
+class RankOutcome:
+    rank: int
+    exit_code: int | None
+    status: RankStatus
+    output: str = ""
+    output_bytes: int = 0
+    stack: str = ""
+    exited_at: float | None = None  # wall clock, when the launcher saw it exit
+
+
+@dataclass
+class LaunchResult:
+    ranks: list[RankOutcome]
+    duration_s: float
+    record_paths: list[Path] = field(default_factory=list)  # one per rank, where its events are
+    first_failure: int | None = None  # the rank the launcher saw fail first
+    hung: list[int] = field(default_factory=list)
+    start_error: str | None = None  # the ranks could not be started at all
+
+
+@dataclass(frozen=True)
+class Job:
+    """What to run, and under which rules; nothing about how ranks start."""
+
+    world_size: int
+    backend: str  # resolved: "gloo" or "nccl"
+    hide_gpus: bool  # a gloo run on a GPU machine: ranks see no GPU
+    timeout_s: float
+    module_path: Path  # the submission, as the ranks import it
+    workdir: Path  # the ranks' working folder; files left here were written by them
+    is_notebook: bool
+    # This process has run no torch computation, so ranks may fork from it.
+    fork_from_here: bool = False
+
+
+class Launcher(ABC):
+    kind: ClassVar[str]
+
+    @abstractmethod
+    def launch(self, job: Job, private_dir: Path) -> LaunchResult:
+        """Run the job's ranks to the end, the first failure or the deadline.
+        Every process started for the job is gone when this returns."""
+
+
+# kind -> "module:class", imported on use: the local launchers import torch.
+LAUNCHERS = {
+    "mp": "autograder.launch.local:MultiprocessingLauncher",
+    "process": "autograder.launch.process:ProcessLauncher",
+}
+
+
+def launcher(kind: str) -> Launcher:
+    module, _, name = LAUNCHERS[kind].partition(":")
+    return getattr(import_module(module), name)()

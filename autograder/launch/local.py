@@ -1,0 +1,70 @@
+"""The multiprocessing launcher: ranks started by torch.multiprocessing on
+this machine, as the student's own mp.spawn would start them."""
+
+from __future__ import annotations
+
+import importlib
+import time
+from pathlib import Path
+
+import torch.multiprocessing as mp
+
+from ..rank.runner import run_rank
+from ..rank.spec import RankSpec
+from . import Job, Launcher, LaunchResult
+from .capture import CappedOutput
+from .supervise import StartedRank, start_error, stop_all, supervise
+
+
+def start_method(job: Job) -> str:
+    """How to start ranks: as fast as is safe.
+
+    Forking a process that has imported torch starts a rank in milliseconds,
+    but only a process that has run no torch computation may be forked: a
+    child forked after torch's OpenMP pool started hangs in its first
+    parallel op. The caller knows whether this process is such a one (the
+    command line is). Elsewhere a fork server, a clean process that imports
+    torch once, forks the ranks. CUDA does not survive a fork, so GPU runs spawn.
+    """
+    if job.backend == "nccl":
+        return "spawn"
+    if job.fork_from_here:
+        # DDP's constructor imports torch._dynamo (about 900 modules, seconds):
+        # once here rather than in every rank.
+        importlib.import_module("torch._dynamo")
+        return "fork"
+    mp.set_forkserver_preload(
+        ["torch", "torch._dynamo", "torch.distributed", "torch.nn.parallel", "autograder.rank.runner"]
+    )
+    return "forkserver"
+
+
+def _started(process) -> StartedRank:
+    def wait() -> int:
+        process.join()
+        return process.exitcode
+
+    return StartedRank(process.pid, process.sentinel, wait)
+
+
+class MultiprocessingLauncher(Launcher):
+    kind = "mp"
+
+    def launch(self, job: Job, private_dir: Path) -> LaunchResult:
+        method = start_method(job)
+        captures = [CappedOutput(str(private_dir / f"rank{r}.out")) for r in range(job.world_size)]
+        inherited = [fd for c in captures for fd in c.parent_fds] if method == "fork" else []
+        spec = RankSpec.for_run(job, private_dir, [c.path for c in captures], inherited)
+        started_at = time.monotonic()
+        failure = None
+        try:
+            context = mp.start_processes(run_rank, args=(spec,), nprocs=job.world_size, join=False, start_method=method)
+        except Exception as error:  # e.g. out of memory or processes
+            failure = error
+        for capture in captures:  # drain even if starting failed half-way
+            capture.start()
+        if failure is not None:
+            stop_all([], captures)
+            return start_error(started_at, failure)
+        ranks = [_started(p) for p in context.processes]
+        return supervise(ranks, captures, spec.stack_paths, started_at, job.timeout_s, spec.record_paths)

@@ -1,0 +1,57 @@
+"""The process launcher: each rank a fresh `python -m autograder.rank`,
+started from its command line as an agent on another host would start it.
+
+Slower to start than the multiprocessing launcher (every rank imports torch
+itself), but it needs nothing from this process but the spec file, so it is
+the shape that torchrun- and Slurm-started ranks take.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..rank.spec import RankSpec
+from . import Job, Launcher, LaunchResult
+from .capture import CappedOutput
+from .supervise import StartedRank, start_error, stop_all, supervise
+
+
+def _start(spec_path: Path, rank: int, output_path: str) -> StartedRank:
+    # The rank sends its own output to the pipe; this catches what Python says before it can.
+    with open(output_path, "wb") as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "autograder.rank", str(spec_path), "--rank", str(rank)],
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=output,
+        )
+    return StartedRank(process.pid, os.pidfd_open(process.pid), process.wait)
+
+
+class ProcessLauncher(Launcher):
+    kind = "process"
+
+    def launch(self, job: Job, private_dir: Path) -> LaunchResult:
+        captures = [CappedOutput(str(private_dir / f"rank{r}.out")) for r in range(job.world_size)]
+        spec = RankSpec.for_run(job, private_dir, [c.path for c in captures])
+        spec_path = private_dir / "spec.json"
+        spec_path.write_text(spec.to_json())
+        for capture in captures:
+            capture.start()
+        started_at = time.monotonic()
+        ranks: list[StartedRank] = []
+        try:
+            try:
+                for rank in range(job.world_size):
+                    ranks.append(_start(spec_path, rank, spec.output_paths[rank]))
+            except Exception as error:  # e.g. out of memory or processes
+                stop_all(ranks, captures)
+                return start_error(started_at, error)
+            return supervise(ranks, captures, spec.stack_paths, started_at, job.timeout_s, spec.record_paths)
+        finally:
+            for started in ranks:
+                os.close(started.sentinel)

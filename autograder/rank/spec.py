@@ -1,0 +1,58 @@
+"""The contract between a launcher and its ranks: what a rank needs to know.
+
+A plain, JSON-able record, so it crosses a fork, a spawn or a command line.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+STACK_SIGNAL = signal.SIGUSR1  # a rank's faulthandler dumps its Python stack on this
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    world_size: int
+    backend: str
+    hide_gpus: bool
+    is_notebook: bool
+    module_path: str
+    workdir: str
+    store_path: str  # the rendezvous, owned by the launcher
+    record_paths: tuple[str, ...]
+    output_paths: tuple[str, ...]
+    stack_paths: tuple[str, ...]
+    inherited_fds: tuple[int, ...] = ()  # the launcher's pipe ends, closed in forked ranks
+
+    @property
+    def source_dir(self) -> str:
+        return str(Path(self.module_path).parent)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> RankSpec:
+        data = json.loads(text)
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+    @classmethod
+    def for_run(cls, job, private_dir: Path, output_paths, inherited_fds=()) -> RankSpec:
+        """The layout every local launcher uses: one private folder per run."""
+        ranks = range(job.world_size)
+        return cls(
+            world_size=job.world_size,
+            backend=job.backend,
+            hide_gpus=job.hide_gpus,
+            is_notebook=job.is_notebook,
+            module_path=str(job.module_path),
+            workdir=str(job.workdir),
+            store_path=str(private_dir / "store"),
+            record_paths=tuple(str(private_dir / f"rank{r}.jsonl") for r in ranks),
+            output_paths=tuple(str(p) for p in output_paths),
+            stack_paths=tuple(str(private_dir / f"rank{r}.stack") for r in ranks),
+            inherited_fds=tuple(inherited_fds),
+        )
