@@ -81,6 +81,32 @@ def _run(
     return collect(exercise.name, world_size, resolved, result, sorted(_files(workdir) - provided))
 
 
+def record(
+    path: str | os.PathLike,
+    exercise: str,
+    world_size: int = DEFAULT_WORLD_SIZE,
+    backend: str = "auto",
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    fork_from_here: bool = False,
+    launcher_kind: str | None = None,
+) -> tuple[submissions.Submission, RunRecords]:
+    """Load, preflight and launch: the submission and the records of its run,
+    not yet judged. Raises CannotGrade when it cannot be graded at all."""
+    chosen = _validated(exercise, world_size, backend, timeout_s, launcher_kind)
+    sub = submissions.load(path)
+    run_dir = Path(tempfile.mkdtemp(prefix="ddp-grade-"))
+    try:
+        kind = launcher_kind or chosen.launcher
+        return sub, _run(chosen, sub, run_dir, world_size, backend, timeout_s, fork_from_here, kind)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def judge(sub: submissions.Submission, run: RunRecords) -> Report:
+    """Check the records and build the report."""
+    return _report(run, sub, run_checks(run, EXERCISES[run.exercise].checks))
+
+
 def grade(
     path: str | os.PathLike,
     exercise: str,
@@ -96,16 +122,7 @@ def grade(
     a process that has run no torch computation, such as the command line.
     launcher_kind: how ranks start (autograder.launch.LAUNCHERS); default: the exercise's.
     """
-    chosen = _validated(exercise, world_size, backend, timeout_s, launcher_kind)
-    sub = submissions.load(path)
-    run_dir = Path(tempfile.mkdtemp(prefix="ddp-grade-"))
-    try:
-        run = _run(
-            chosen, sub, run_dir, world_size, backend, timeout_s, fork_from_here, launcher_kind or chosen.launcher
-        )
-        return _report(run, sub, run_checks(run, chosen.checks))
-    finally:
-        shutil.rmtree(run_dir, ignore_errors=True)
+    return judge(*record(path, exercise, world_size, backend, timeout_s, fork_from_here, launcher_kind))
 
 
 # --- turning records into the report ------------------------------------------
