@@ -56,10 +56,12 @@ def main() -> None:
         client.stop_channels()
         manager.shutdown_kernel(now=True)
     print(
-        f"check in a live kernel  median {statistics.median(checks):6.2f} s   runs: {', '.join(f'{t:.2f}' for t in checks)}"
+        f"check in a live kernel  median {statistics.median(checks):6.2f} s   runs: "
+        f"{', '.join(f'{t:.2f}' for t in checks)}"
     )
     print(
-        f"bare run                median {statistics.median(bares):6.2f} s   runs: {', '.join(f'{t:.2f}' for t in bares)}"
+        f"bare run                median {statistics.median(bares):6.2f} s   runs: "
+        f"{', '.join(f'{t:.2f}' for t in bares)}"
     )
     print(f"ratio check / bare: {statistics.median(checks) / statistics.median(bares):.2f}")
 

@@ -61,7 +61,8 @@ def test_importing_the_notebook_helpers_leaves_torch_out_of_the_kernel():
     import sys
 
     code = (
-        "import sys; from autograder.notebook import check; import autograder.reports.html, autograder.notebook.grade_cells; "
+        "import sys; from autograder.notebook import check; import autograder.reports.html, "
+        "autograder.notebook.grade_cells; "
         "print('torch' in sys.modules)"
     )  # showing a report or loading the grade-cell helpers neither
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"

@@ -252,7 +252,8 @@ def run_demo(keep: bool = False) -> int:
                     console.print(Padding(escape(why), (0, 0, 0, 6)), style="dim")
         if blank:
             console.print(
-                f"{', '.join(blank)}: 0 points everywhere (every grade cell failed: the stubs raise NotImplementedError)."
+                f"{', '.join(blank)}: 0 points everywhere (every grade cell failed: the stubs raise "
+                "NotImplementedError)."
             )
         console.print(f"\nDone in {time.monotonic() - started:.0f} s.")
         if keep:

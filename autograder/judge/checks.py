@@ -112,13 +112,15 @@ def process_group(run: RunRecords) -> Outcome:
         ready = r.first("process_group_ready")
         if ready is None:
             return failed(
-                f"Rank {r.rank} called init_process_group, but the group was never ready ({run.why_not_reached(r.rank)}).",
+                f"Rank {r.rank} called init_process_group, but the group was never ready "
+                f"({run.why_not_reached(r.rank)}).",
                 "Look at the error above: the group could not be created.",
                 r.rank,
             )
         if ready["backend"] != run.backend:
             return failed(
-                f"Rank {r.rank} created its process group with the {ready['backend']} backend, but this run uses {run.backend}.",
+                f"Rank {r.rank} created its process group with the {ready['backend']} backend, but this run "
+                f"uses {run.backend}.",
                 "Use 'nccl' when there is a GPU per rank and 'gloo' on the CPU: "
                 "'nccl' if torch.cuda.is_available() else 'gloo'.",
                 r.rank,
@@ -157,7 +159,8 @@ def _no_sampler_used(run: RunRecords) -> Outcome | None:
                 f" (it read all {len(plain['indices'])} samples in each epoch)" if plain and plain["finished"] else ""
             )
             return failed(
-                f"Rank {r.rank} read its data without a DistributedSampler, so every rank trained on the whole data set{seen}.",
+                f"Rank {r.rank} read its data without a DistributedSampler, so every rank trained on the whole "
+                f"data set{seen}.",
                 "Give the DataLoader sampler=DistributedSampler(dataset, num_replicas=world_size, rank=rank) "
                 "and drop shuffle=True from the DataLoader.",
                 r.rank,
@@ -199,12 +202,13 @@ def distributed_sampler(run: RunRecords) -> Outcome:
     if problem:
         return problem
     samplers = [training_sampler(r) for r in run.ranks]
-    for r, (config, _) in zip(run.ranks, samplers):
+    for r, (config, _) in zip(run.ranks, samplers, strict=True):
         if config["num_replicas"] != run.world_size or config["rank"] != r.rank:
             return failed(
                 f"Rank {r.rank}'s DistributedSampler was set up as rank {config['rank']} of {config['num_replicas']}, "
                 f"not rank {r.rank} of {run.world_size}.",
-                "Pass the rank and world size that main receives: DistributedSampler(dataset, num_replicas=world_size, rank=rank).",
+                "Pass the rank and world size that main receives: DistributedSampler(dataset, "
+                "num_replicas=world_size, rank=rank).",
                 r.rank,
             )
     size, drop_last = (
@@ -222,7 +226,8 @@ def distributed_sampler(run: RunRecords) -> Outcome:
             return problem
     share = len(samplers[0][1][0]["indices"])
     return passed(
-        f"Each of the {run.world_size} ranks read its own share (about {share} of {size} samples) in each of {epochs} epoch(s)."
+        f"Each of the {run.world_size} ranks read its own share (about {share} of {size} samples) in each of "
+        f"{epochs} epoch(s)."
     )
 
 
@@ -236,7 +241,10 @@ def same_dataset(run: RunRecords) -> Outcome:
             "The data set could not be read for comparison.", "Use a data set that supports len() and indexing."
         )
     reference = datasets[0]
-    fix = "Build the data once with a fixed seed (for example torch.Generator().manual_seed(0)), or load the same file on every rank."
+    fix = (
+        "Build the data once with a fixed seed (for example torch.Generator().manual_seed(0)), or load the "
+        "same file on every rank."
+    )
     for rank, data in enumerate(datasets[1:], start=1):
         if data["length"] != reference["length"]:
             return failed(
@@ -247,7 +255,8 @@ def same_dataset(run: RunRecords) -> Outcome:
         differing = [i for i, h in data["items"].items() if reference["items"].get(i) not in (None, h)]
         if differing:
             return failed(
-                f"Rank {rank}'s data differ from rank 0's: samples at indices {', '.join(differing[:5])} are not the same. "
+                f"Rank {rank}'s data differ from rank 0's: samples at indices {', '.join(differing[:5])} are "
+                "not the same. "
                 "The sampler hands out distinct indices, but into different data.",
                 fix,
                 rank,
@@ -269,7 +278,8 @@ def set_epoch(run: RunRecords) -> Outcome:
     seen = [e["epoch"] for e in epochs]
     if len(set(seen)) < len(seen):
         return failed(
-            f"The sampler shuffled the same way in every one of the {len(seen)} epochs (set_epoch was {'never called' if set(seen) == {0} else 'called with repeated values'}).",
+            f"The sampler shuffled the same way in every one of the {len(seen)} epochs (set_epoch was "
+            f"{'never called' if set(seen) == {0} else 'called with repeated values'}).",
             "Call sampler.set_epoch(epoch) at the start of each epoch, before iterating the DataLoader.",
             0,
         )
@@ -286,8 +296,10 @@ def ddp_wrapped(run: RunRecords) -> Outcome:
             if not run.all_finished and not r.first("first_step"):
                 return _cannot_confirm(run, "that the model was wrapped")
             return failed(
-                f"Rank {r.rank} trained a model that is not wrapped in DistributedDataParallel, so its gradients were never averaged.",
-                "Wrap the model after moving it to its device: model = DDP(model, device_ids=[rank]) on a GPU, DDP(model) on the CPU.",
+                f"Rank {r.rank} trained a model that is not wrapped in DistributedDataParallel, so its "
+                "gradients were never averaged.",
+                "Wrap the model after moving it to its device: model = DDP(model, device_ids=[rank]) on a GPU, "
+                "DDP(model) on the CPU.",
                 r.rank,
             )
         step = r.first("first_step")
@@ -295,14 +307,17 @@ def ddp_wrapped(run: RunRecords) -> Outcome:
             return _cannot_confirm(run, "that the wrapped model was trained")
         if step is not None and step["parameters_in_ddp"] < step["parameters"]:
             return failed(
-                f"On rank {r.rank}, {step['parameters'] - step['parameters_in_ddp']} of the {step['parameters']} parameters the optimizer updates are not in the DDP model.",
-                "Build the optimizer from the wrapped model: optimizer = SGD(model.parameters(), ...) after model = DDP(model).",
+                f"On rank {r.rank}, {step['parameters'] - step['parameters_in_ddp']} of the "
+                f"{step['parameters']} parameters the optimizer updates are not in the DDP model.",
+                "Build the optimizer from the wrapped model: optimizer = SGD(model.parameters(), ...) after "
+                "model = DDP(model).",
                 r.rank,
             )
         forwards = r.first("ddp_forward_calls")
         if forwards is not None and not any(forwards["calls"].values()):
             return failed(
-                f"Rank {r.rank} wrapped the model in DDP but never called the wrapper (model.module(x) skips the gradient averaging).",
+                f"Rank {r.rank} wrapped the model in DDP but never called the wrapper (model.module(x) skips "
+                "the gradient averaging).",
                 "Call the DDP model itself in training: pred = model(x).",
                 r.rank,
             )
@@ -312,7 +327,7 @@ def ddp_wrapped(run: RunRecords) -> Outcome:
 def _spread(fingerprints: list[list[float]]) -> float:
     reference = fingerprints[0]
     scale = max(1e-12, math.sqrt(sum(x * x for x in reference)))
-    return max(math.sqrt(sum((a - b) ** 2 for a, b in zip(fp, reference))) for fp in fingerprints) / scale
+    return max(math.sqrt(sum((a - b) ** 2 for a, b in zip(fp, reference, strict=False))) for fp in fingerprints) / scale
 
 
 def weight_spread(run: RunRecords) -> list[tuple[int, float]]:
@@ -335,8 +350,10 @@ def weights_in_sync(run: RunRecords) -> Outcome:
     for step, spread in weight_spread(run):
         if spread > SYNC_TOLERANCE:
             return failed(
-                f"After step {step} the ranks' weights differ (relative difference {spread:.1e}): each rank trained its own copy.",
-                "Wrap the model in DDP before training and call the wrapped model, so gradients are averaged over the ranks.",
+                f"After step {step} the ranks' weights differ (relative difference {spread:.1e}): each rank "
+                "trained its own copy.",
+                "Wrap the model in DDP before training and call the wrapped model, so gradients are averaged "
+                "over the ranks.",
             )
     final = _spread([e["fingerprint"] for e in ends])
     if final > SYNC_TOLERANCE:
@@ -499,7 +516,8 @@ def cleanup(run: RunRecords) -> Outcome:
         if not destroyed or end["process_group_still_initialized"]:
             return failed(
                 f"Rank {r.rank} returned from main without destroying its process group.",
-                "Call dist.destroy_process_group() at the end of main, in a `finally:` block so it runs after an error too.",
+                "Call dist.destroy_process_group() at the end of main, in a `finally:` block so it runs after "
+                "an error too.",
                 r.rank,
             )
     return passed("Every rank destroyed its process group before returning.")

@@ -9,7 +9,8 @@ HINTS = (
     ),
     (
         "Default process group has not been initialized",
-        "Create the process group (dist.init_process_group) at the start of main, before the sampler and the DDP model.",
+        "Create the process group (dist.init_process_group) at the start of main, before the sampler and the "
+        "DDP model.",
     ),
     (
         "mutually exclusive with shuffle",

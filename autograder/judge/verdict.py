@@ -95,4 +95,7 @@ class Report:
     def __repr__(self) -> str:
         # Short: the notebook saves this text beside the HTML.
         state = "all checks passed" if self.passed else f"{sum(not v.passed for v in self.checks)} check(s) failed"
-        return f"<Report {self.exercise}: {self.score:g}/{self.max_score:g}, {state}{'; ' + self.error if self.error else ''}>"
+        return (
+            f"<Report {self.exercise}: {self.score:g}/{self.max_score:g}, "
+            f"{state}{'; ' + self.error if self.error else ''}>"
+        )

@@ -37,9 +37,9 @@ class StartedRank:
 def stop_all(ranks: list[StartedRank], captures: list[CappedOutput]) -> None:
     """Kill every rank and all it started, reap them, and close their outputs."""
     for started in ranks:
-        for kill in (lambda: os.killpg(started.pid, signal.SIGKILL), lambda: os.kill(started.pid, signal.SIGKILL)):
+        for kill in (os.killpg, os.kill):  # its group holds all it started; the rank alone if it had none yet
             try:
-                kill()
+                kill(started.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError, OSError):
                 pass
     for started in ranks:

@@ -62,7 +62,8 @@ def _box(kind: str, body: str) -> str:
 
 def _pre(text: str) -> str:
     return (
-        f'<pre style="{MONO}; font-size: 12px; line-height: 1.35; background: rgba(128, 128, 128, 0.12); color: inherit; '
+        f'<pre style="{MONO}; font-size: 12px; line-height: 1.35; background: rgba(128, 128, 128, 0.12); color: '
+        "inherit; "
         f"border: 1px solid {BORDER}; border-radius: 3px; padding: 6px 8px; margin: 4px 0 8px; max-height: 24em; "
         f'overflow: auto; white-space: pre-wrap; word-break: break-word">{_e(text)}</pre>'
     )
@@ -102,12 +103,18 @@ def _header(report: Report) -> str:
 
 
 def _problem(report: Report) -> str:
-    if not report.error:
-        return ""
-    body = f'<div style="font-weight: 700; margin-bottom: 2px">The run had a problem</div><div>{_e(report.error)}</div>'
-    if report.error_hint:
-        body += f'<div style="margin-top: 4px"><b>What to do:</b> {_e(report.error_hint)}</div>'
-    return _box("problem", body)
+    parts = []
+    if report.error:
+        body = f'<div style="font-weight: 700; margin-bottom: 2px">The run had a problem</div><div>{_e(report.error)}</div>'
+        if report.error_hint:
+            body += f'<div style="margin-top: 4px"><b>What to do:</b> {_e(report.error_hint)}</div>'
+        parts.append(_box("problem", body))
+    if report.probe_errors:
+        notes = "".join(f"<div>{_e(note)}</div>" for note in report.probe_errors)
+        parts.append(
+            _box("hint", f'<div style="font-weight: 700; margin-bottom: 2px">The grader had a problem</div>{notes}')
+        )
+    return "".join(parts)
 
 
 def _check_row(verdict: Verdict) -> str:
@@ -137,7 +144,8 @@ def _checks(report: Report) -> str:
     head = "padding: 4px 8px; text-align: left; font-weight: 600; opacity: 0.8"
     return (
         _heading("Checks")
-        + f'<table style="border-collapse: collapse; table-layout: auto; width: 100%; background: transparent; color: inherit; '
+        + '<table style="border-collapse: collapse; table-layout: auto; width: 100%; background: transparent; '
+        "color: inherit; "
         f'margin: 0; font-size: 1em">'
         f'<thead><tr><th style="{head}">Result</th><th style="{head}">Check</th>'
         f'<th style="{head}; text-align: right">Points</th></tr></thead><tbody>'
@@ -206,7 +214,8 @@ def _rank(rank: RankSummary) -> str:
             + _pre(rank.stack)
         )
     return (
-        f'<details data-rank="{rank.rank}" style="border: 1px solid {BORDER}; border-radius: 3px; padding: 4px 8px; margin: 4px 0">'
+        f'<details data-rank="{rank.rank}" style="border: 1px solid {BORDER}; border-radius: 3px; padding: 4px '
+        '8px; margin: 4px 0">'
         f'<summary style="cursor: pointer">{_badge(label, colour)} {_e(summary)}</summary>'
         f'<div style="padding: 6px 0 2px">{"".join(body)}</div></details>'
     )

@@ -138,18 +138,21 @@ def _partition_findings(stats: PartitionStats) -> list[str]:
         )
     elif worst > 0.01:
         findings.append(
-            f"Up to {_percent(worst)} of the samples were read by more than one rank in the same epoch (red in the picture)."
+            f"Up to {_percent(worst)} of the samples were read by more than one rank in the same epoch (red in "
+            "the picture)."
         )
     elif world > 1:
         findings.append("The ranks split the data: no sample was read by two ranks in the same epoch.")
     if max(stats.unread) > 0.01:
         findings.append(
-            f"Up to {_percent(max(stats.unread))} of the samples were read by no rank in an epoch (grey in the picture)."
+            f"Up to {_percent(max(stats.unread))} of the samples were read by no rank in an epoch (grey in the "
+            "picture)."
         )
     if stats.same_order:
         if all(stats.same_order):
             findings.append(
-                f"Rank {stats.ranks[0]} read the samples in the same order in every epoch: the data were not reshuffled "
+                f"Rank {stats.ranks[0]} read the samples in the same order in every epoch: the data were not "
+                "reshuffled "
                 "between epochs (with shuffle=True, call sampler.set_epoch(epoch) at the start of each epoch)."
             )
         elif any(stats.same_order):
@@ -276,9 +279,9 @@ def _partition_png(stats: PartitionStats) -> bytes:
 def _loss_series(losses: list[dict] | None) -> list[tuple[int, list[float], list[float]]]:
     series = []
     for entry in sorted(losses or [], key=lambda e: e["rank"]):
-        points = [(s, l) for s, l in entry.get("losses") or [] if l is not None]
+        points = [(step, loss) for step, loss in entry.get("losses") or [] if loss is not None]
         if points:
-            series.append((entry["rank"], [float(s) for s, _ in points], [float(l) for _, l in points]))
+            series.append((entry["rank"], [float(s) for s, _ in points], [float(loss) for _, loss in points]))
     return series
 
 
@@ -379,7 +382,7 @@ def spread_picture(weight_spread: list | None, tolerance: float, world_size: int
             f"The weights were the same on every rank at all {len(values)} recorded steps (the line stays at 0)."
         ]
     else:
-        first = next(s for s, v in zip(steps, values) if v > tolerance)
+        first = next(s for s, v in zip(steps, values, strict=True) if v > tolerance)
         findings = [
             f"The ranks' weights drifted apart from step {first:g} on (largest relative difference {worst:.1e}): "
             "each rank trained its own copy of the model."

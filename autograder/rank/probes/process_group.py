@@ -28,7 +28,8 @@ def _backend_names(backend) -> set[str]:
 def _refuse_impossible(state: RankState, backend, world_size: int, rank: int) -> None:
     if world_size not in (-1, None) and world_size != state.world_size:
         raise StudentError(
-            f"init_process_group was called with world_size={world_size}, but the grader started {state.world_size} ranks.",
+            f"init_process_group was called with world_size={world_size}, but the grader started "
+            f"{state.world_size} ranks.",
             "Pass on the world_size that main(rank, world_size) receives instead of a fixed number.",
         )
     if rank not in (-1, None) and rank != state.rank:
