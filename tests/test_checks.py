@@ -14,13 +14,14 @@ from dataclasses import dataclass
 
 import mistakes
 import pytest
-from conftest import SOLUTIONS, failed_ids
+from conftest import ROOT, failed_ids
 
 from autograder import grade
+from autograder.exercises import EXERCISES
 from autograder.judge.checks import CHECKS
 
 LR, MNIST = "linear_regression", "mnist"
-REFERENCES = {LR: SOLUTIONS / "linear_regression_ddp.py", MNIST: SOLUTIONS / "mnist_ddp.py"}
+REFERENCES = {name: ROOT / exercise.solution for name, exercise in EXERCISES.items()}
 
 CPU_RUN = frozenset({"gpu_device"})  # skipped on every CPU run that finished
 WITHOUT_SAMPLER = CPU_RUN | {"same_dataset", "set_epoch"}  # nothing to compare, nothing to reshuffle

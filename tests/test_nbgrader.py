@@ -23,7 +23,7 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from autograder.exercises import ASSIGNMENTS, by_assignment
+from autograder.exercises import ASSIGNMENTS, EXERCISES, by_assignment
 from autograder.judge.checks import by_id
 from autograder.nbgrader_ext.preprocessors import ClearHiddenTestTracebacks
 from tools.demo import copy_course, nbgrader, submit
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.nbgrader
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "tests" / "samples"
-TOTAL = {"ddp_intro": 7, "linear_regression": 17, "mnist_ddp": 17}
+TOTAL = {"ddp_intro": 7} | {e.assignment: sum(by_id(c).points for c in e.graded_checks) for e in EXERCISES.values()}
 SUBMISSIONS = {"perfect": ASSIGNMENTS, "blank": ASSIGNMENTS, "brook": ASSIGNMENTS, "dana": ("linear_regression",)}
 
 

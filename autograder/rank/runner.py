@@ -44,7 +44,7 @@ class _CountingStdout(io.TextIOWrapper):
 
 def _redirect_output(path: str) -> _CountingStdout:
     """Both fds 1 and 2 go to the grader's pipe: C++ warnings too."""
-    fd = os.open(path, os.O_WRONLY)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)  # the launcher's pipe, or a plain file
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)

@@ -1,0 +1,68 @@
+"""The launcher seam: both launchers behind `autograder.launch.Launcher`
+give the same verdicts, keep the deadline and leave nothing behind, and a
+rank can be started from its command line alone, as an agent would."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import SOLUTIONS, processes_mentioning, robustness_case
+
+from autograder import grade
+from autograder.judge.records import read_events
+from autograder.launch import Job, RankStatus, launcher
+
+
+@pytest.mark.parametrize("kind", ["mp", "process"])
+def test_each_launcher_passes_the_reference(kind, no_leftover_ranks):
+    report = grade(SOLUTIONS / "linear_regression_ddp.py", "linear_regression", backend="gloo", launcher_kind=kind)
+    assert report.passed and report.score == report.max_score, report.error
+
+
+def test_the_process_launcher_keeps_the_deadline_and_stops_every_rank(tmp_path):
+    submission = robustness_case("hang_recv.py", tmp_path)
+    job = Job(2, "gloo", False, 5.0, submission, tmp_path, is_notebook=False)
+    private = tmp_path / "private"
+    private.mkdir()
+    result = launcher("process").launch(job, private)
+    assert [r.status for r in result.ranks] == [RankStatus.HUNG, RankStatus.HUNG]
+    assert 5.0 <= result.duration_s < 30
+    assert "hang_recv.py" in result.ranks[0].stack  # its faulthandler stack, asked for at the deadline
+    assert not processes_mentioning(str(private / "spec.json"))
+
+
+def test_a_rank_starts_from_its_command_line_with_the_rank_from_the_environment(tmp_path):
+    """What a torchrun or srun agent does: it knows only the spec file and RANK."""
+    (tmp_path / "work").mkdir()
+    code = tmp_path / "linear_regression_ddp.py"
+    code.write_text((SOLUTIONS / "linear_regression_ddp.py").read_text())
+    spec = {
+        "world_size": 1,
+        "backend": "gloo",
+        "hide_gpus": False,
+        "is_notebook": False,
+        "module_path": str(code),
+        "workdir": str(tmp_path / "work"),
+        "store_path": str(tmp_path / "store"),
+        "record_paths": [str(tmp_path / "rank0.jsonl")],
+        "output_paths": [str(tmp_path / "rank0.out")],
+        "stack_paths": [str(tmp_path / "rank0.stack")],
+        "inherited_fds": [],
+    }
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    done = subprocess.run(
+        [sys.executable, "-m", "autograder.rank", str(tmp_path / "spec.json")],
+        timeout=120,
+        env=os.environ | {"RANK": "0"},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, (tmp_path / "rank0.out").read_text()[-2000:]
+    kinds = [e["kind"] for e in read_events(Path(spec["record_paths"][0]))]
+    assert kinds[0] == "init_process_group" and kinds[-1] == "rank_done"
+    assert "linear_regression.pt" in os.listdir(tmp_path / "work")
