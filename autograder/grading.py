@@ -107,22 +107,15 @@ def judge(sub: submissions.Submission, run: RunRecords) -> Report:
     return _report(run, sub, run_checks(run, EXERCISES[run.exercise].checks))
 
 
-def grade(
-    path: str | os.PathLike,
-    exercise: str,
-    world_size: int = DEFAULT_WORLD_SIZE,
-    backend: str = "auto",
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    fork_from_here: bool = False,
-    launcher_kind: str | None = None,
-) -> Report:
-    """Grade one submission. Raises CannotGrade when it cannot be graded at all.
+def grade(path: str | os.PathLike, exercise: str, *args, **kwargs) -> Report:
+    """Grade one submission: record() then judge(), with record()'s arguments.
+    Raises CannotGrade when it cannot be graded at all.
 
     fork_from_here: start the ranks by forking this process (fast). Only for
     a process that has run no torch computation, such as the command line.
     launcher_kind: how ranks start (autograder.launch.LAUNCHERS); default: the exercise's.
     """
-    return judge(*record(path, exercise, world_size, backend, timeout_s, fork_from_here, launcher_kind))
+    return judge(*record(path, exercise, *args, **kwargs))
 
 
 # --- turning records into the report ------------------------------------------

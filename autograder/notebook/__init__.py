@@ -12,22 +12,8 @@ into starting Python and importing torch again.
 
 from __future__ import annotations
 
-import os
-
 from ..judge.verdict import Report
-from ..launch import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE
 from . import client
-
-
-def _check(
-    path: str | os.PathLike,
-    exercise: str,
-    world_size: int = DEFAULT_WORLD_SIZE,
-    backend: str = "auto",
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-) -> Report:
-    """Check your code; the report shows itself when this is the last line of a cell."""
-    return client.run(path, exercise, world_size, backend, timeout_s)
 
 
 def _report_html(report: Report) -> str:
@@ -54,5 +40,5 @@ def __getattr__(name):
     if name == "check":
         _show_reports_as_html()
         client.start()
-        return _check
+        return client.run  # check(path, exercise, world_size=2, ...) -> Report
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -105,7 +105,8 @@ def _header(report: Report) -> str:
 def _problem(report: Report) -> str:
     parts = []
     if report.error:
-        body = f'<div style="font-weight: 700; margin-bottom: 2px">The run had a problem</div><div>{_e(report.error)}</div>'
+        body = '<div style="font-weight: 700; margin-bottom: 2px">The run had a problem</div>'
+        body += f"<div>{_e(report.error)}</div>"
         if report.error_hint:
             body += f'<div style="margin-top: 4px"><b>What to do:</b> {_e(report.error_hint)}</div>'
         parts.append(_box("problem", body))

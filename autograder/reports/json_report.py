@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import fields
 
 from .._files import write_text
 from ..judge.events import CheckStatus
@@ -60,47 +61,18 @@ def to_dict(report: Report) -> dict:
     }
 
 
+def _rebuild(cls, data: dict, **converted):
+    """A dataclass from its JSON fields, with the ones that need converting given."""
+    return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data} | converted)
+
+
 def from_dict(data: dict) -> Report:
     """Rebuild a Report, e.g. in a notebook kernel from the grader's JSON."""
     ranks = [
-        RankSummary(
-            r["rank"],
-            r["exit_code"],
-            RankStatus(r["status"]),
-            r["error"],
-            r["output"],
-            r["output_bytes"],
-            r.get("stack") or "",
-        )
-        for r in data["ranks"]
+        _rebuild(RankSummary, r, status=RankStatus(r["status"]), stack=r.get("stack") or "") for r in data["ranks"]
     ]
-    checks = [
-        Verdict(
-            c["id"],
-            c["title"],
-            CheckStatus(c["status"]),
-            c["points"],
-            c["max_points"],
-            c["message"],
-            c["hint"] or "",
-            c["rank"],
-        )
-        for c in data["checks"]
-    ]
-    return Report(
-        data["exercise"],
-        data["world_size"],
-        data["backend"],
-        data["duration_s"],
-        data["error"],
-        data.get("error_hint") or "",
-        ranks,
-        checks,
-        data.get("submission", ""),
-        data.get("files_left", []),
-        data.get("details", {}),
-        data.get("probe_errors", []),
-    )
+    checks = [_rebuild(Verdict, c, status=CheckStatus(c["status"]), hint=c["hint"] or "") for c in data["checks"]]
+    return _rebuild(Report, data, ranks=ranks, checks=checks, error_hint=data.get("error_hint") or "")
 
 
 def write(report: Report, path: str | os.PathLike) -> None:
