@@ -1,0 +1,51 @@
+"""The course's nbgrader preprocessors, as nbgrader runs them: on a notebook node."""
+
+from __future__ import annotations
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+from autograder.nbgrader_ext.preprocessors import ClearHiddenTestTracebacks
+
+GRADE_CELL = """from autograder.notebook.grade_cells import require
+require("p.py", "linear_regression", "cleanup")
+### BEGIN HIDDEN TESTS
+require("p.py", "linear_regression", "cleanup", world_size=3)
+### END HIDDEN TESTS"""
+
+
+def _graded(source: str, traceback: list[str], grade: bool = True) -> nbformat.NotebookNode:
+    cell = new_code_cell(source, outputs=[new_output("error", ename="CheckFailed", evalue="x", traceback=traceback)])
+    cell.metadata["nbgrader"] = {
+        "grade": grade,
+        "grade_id": "lr_cleanup",
+        "locked": True,
+        "points": 1,
+        "schema_version": 3,
+        "solution": False,
+    }
+    return new_notebook(cells=[cell])
+
+
+def test_tracebacks_lose_the_hidden_lines_and_keep_the_message():
+    traceback = [
+        "\x1b[0;31mCheckFailed\x1b[0m Traceback",
+        '----> 4 require("p.py", "linear_regression", "cleanup", world_size=3)\n      5 ### END HIDDEN TESTS',
+        "CheckFailed: Process group destroyed (checked with 3 ranks): rank 2 returned without destroying it.",
+    ]
+    notebook, _ = ClearHiddenTestTracebacks().preprocess(_graded(GRADE_CELL, traceback), {})
+    shown = "\n".join(notebook.cells[0].outputs[0].traceback)
+    assert "world_size=3" not in shown and "END HIDDEN TESTS" not in shown
+    assert "rank 2 returned without destroying it" in shown and "Traceback" in shown
+
+
+def test_cells_that_are_not_graded_or_have_no_hidden_tests_are_left_alone():
+    traceback = ['----> 4 require("p.py", "linear_regression", "cleanup", world_size=3)']
+    for notebook in (_graded(GRADE_CELL, traceback, grade=False), _graded("assert False", traceback)):
+        cleaned, _ = ClearHiddenTestTracebacks().preprocess(notebook, {})
+        assert cleaned.cells[0].outputs[0].traceback == traceback
+
+
+def test_the_delimiters_are_configurable_as_nbgrader_s_own_are():
+    preprocessor = ClearHiddenTestTracebacks(begin_test_delimeter="BEGIN SECRET", end_test_delimeter="END SECRET")
+    assert preprocessor.hidden_lines("a\n# BEGIN SECRET\nb\n# END SECRET\nc") == {"# BEGIN SECRET", "b", "# END SECRET"}
