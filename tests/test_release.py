@@ -1,12 +1,14 @@
 """The committed release/ is what `nbgrader generate_assignment` makes from source/ today,
 and it gives students no solutions and no hidden tests.
 
-If a test here fails after you edited a source notebook, regenerate and commit:
+If a test here fails after you edited a source notebook or a check, regenerate and commit:
+    .venv/bin/python -m tools.grade_cells
     PATH=.venv/bin:$PATH nbgrader generate_assignment <assignment> --force && git add release/<assignment>
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import nbformat
@@ -14,6 +16,7 @@ import pytest
 
 from autograder.exercises import ASSIGNMENTS, EXERCISES, LEFT_BY_RUNNING
 from autograder.judge.checks import by_id
+from tools import grade_cells
 from tools.demo import copy_course, nbgrader
 
 pytestmark = pytest.mark.nbgrader
@@ -113,12 +116,36 @@ def test_release_stub_keeps_the_serial_code_and_stubs_each_change(assignment):
 def test_one_grade_cell_per_graded_check(assignment):
     exercise = EXERCISE_OF[assignment]
     notebook = nbformat.read(ROOT / exercise.notebook, as_version=4)
-    grade_cells = [c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    cells = [c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade")]
     graded = exercise.graded_checks
-    assert [c.metadata.nbgrader["grade_id"] for c in grade_cells] == [exercise.grade_id(c) for c in graded]
+    assert [c.metadata.nbgrader["grade_id"] for c in cells] == [exercise.grade_id(c) for c in graded]
     assert "gpu_device" not in graded  # skipped (= full points) on every CPU grading machine
-    for cell, check_id in zip(grade_cells, graded):
+    for cell, check_id in zip(cells, graded, strict=True):
         assert cell.metadata.nbgrader["points"] == by_id(check_id).points
         visible, _, hidden = cell.source.partition("### BEGIN HIDDEN TESTS")
         assert f'require("{exercise.program}", "{exercise.name}", "{check_id}")' in visible
         assert f'require("{exercise.program}", "{exercise.name}", "{check_id}", world_size=3)' in hidden
+
+
+def test_grade_cells_are_generated_from_the_checks():
+    assert grade_cells.stale() == [], "grade cells are stale: run `python -m tools.grade_cells` and commit source/"
+
+
+def test_a_stale_grade_cell_is_found_and_refreshed(tmp_path):
+    exercise = EXERCISE_OF["linear_regression"]
+    copy = tmp_path / exercise.notebook
+    copy.parent.mkdir(parents=True)
+    shutil.copy(ROOT / exercise.notebook, copy)
+    for other in EXERCISE_OF.values():  # the other notebooks, current
+        if other is not exercise:
+            (tmp_path / other.notebook).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ROOT / other.notebook, tmp_path / other.notebook)
+    notebook = nbformat.read(copy, as_version=4)
+    graded = [c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    graded[0].metadata.nbgrader["points"] = 5
+    notebook.cells.remove(graded[-1])
+    nbformat.write(notebook, copy)
+    assert grade_cells.stale(tmp_path) == [copy]
+    assert grade_cells.write_all(tmp_path) == [copy]
+    assert grade_cells.stale(tmp_path) == []
+    assert comparable(copy) == comparable(ROOT / exercise.notebook)  # all but the new cell's id

@@ -1,0 +1,124 @@
+"""`python -m tools.grade_cells [--check]`: write the DDP notebooks' grade
+cells from the check list, so the checks are their one source of truth.
+
+For each exercise (autograder.exercises) its source notebook gets one grade
+cell per graded check, in the report's order: the check's points, a heading
+with the change it checks, the visible 2-rank `require` and the hidden 3-rank
+one. The points table in the grading section's markdown is written from the
+same list. This is what nbgrader's InstantiateTests does for its tests: the
+notebook is built from data, never kept in step by hand. A new check is then
+its function, its catalogue rows and a rerun of this tool (and of
+`nbgrader generate_assignment --force` for the release).
+
+`--check` writes nothing; it exits 1 and names each notebook that is stale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import uuid
+from pathlib import Path
+
+import nbformat
+
+from autograder.exercises import EXERCISES, Exercise
+from autograder.judge.checks import by_id
+from autograder.wording import plural, points
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLE = re.compile(r"^\| Check \| What it checks \| Points \|\n(?:\|.*\n?)*?\| \| \*\*Total\*\* \|.*$", re.MULTILINE)
+
+
+def grade_cell_source(exercise: Exercise, check_id: str) -> str:
+    check = by_id(check_id)
+    call = f'require("{exercise.program}", "{exercise.name}", "{check_id}"'
+    return (
+        f"# {check.change}: {check.title} ({plural(check.points, 'point')})\n"
+        "from autograder.notebook.grade_cells import require\n"
+        f"{call})\n"
+        "### BEGIN HIDDEN TESTS\n"
+        f"{call}, world_size=3)\n"
+        "### END HIDDEN TESTS"
+    )
+
+
+def points_table(exercise: Exercise) -> str:
+    rows = ["| Check | What it checks | Points |", "|---|---|---|"]
+    for check_id in exercise.graded_checks:
+        check = by_id(check_id)
+        rows.append(f"| `{check_id}` | {check.change}: {check.title} | {points(check.points)} |")
+    total = sum(by_id(c).points for c in exercise.graded_checks)
+    return "\n".join([*rows, f"| | **Total** | **{points(total)}** |"])
+
+
+def _grade_cell(exercise: Exercise, check_id: str, old: dict) -> nbformat.NotebookNode:
+    grade_id = exercise.grade_id(check_id)
+    cell = nbformat.v4.new_code_cell(grade_cell_source(exercise, check_id))
+    cell.id = old[grade_id].id if grade_id in old else uuid.uuid4().hex[:8]  # unchanged cells keep their id
+    cell.metadata["nbgrader"] = {
+        "grade": True,
+        "grade_id": grade_id,
+        "locked": True,
+        "points": by_id(check_id).points,
+        "schema_version": 3,
+        "solution": False,
+    }
+    return cell
+
+
+def refresh(notebook: nbformat.NotebookNode, exercise: Exercise) -> nbformat.NotebookNode:
+    """The notebook with its grade cells and points table written from the checks."""
+    cells = notebook.cells
+    is_grade = [c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade", False) for c in cells]
+    if not any(is_grade):
+        raise ValueError(f"{exercise.notebook} has no grade cells to replace")
+    first = is_grade.index(True)
+    old = {c.metadata["nbgrader"]["grade_id"]: c for c, grade in zip(cells, is_grade, strict=True) if grade}
+    kept = [c for c, grade in zip(cells, is_grade, strict=True) if not grade]
+    new = [_grade_cell(exercise, check_id, old) for check_id in exercise.graded_checks]
+    notebook = nbformat.from_dict(dict(notebook))
+    notebook.cells = kept[:first] + new + kept[first:]
+    tables = [c for c in notebook.cells if c.cell_type == "markdown" and TABLE.search(c.source)]
+    if len(tables) != 1:
+        raise ValueError(f"{exercise.notebook} should have one points table, not {len(tables)}")
+    tables[0].source = TABLE.sub(lambda _: points_table(exercise), tables[0].source)
+    return notebook
+
+
+def stale(root: Path = ROOT) -> list[Path]:
+    """The source notebooks whose grade cells are not what the checks say."""
+    found = []
+    for exercise in EXERCISES.values():
+        path = root / exercise.notebook
+        notebook = nbformat.read(path, as_version=4)
+        if refresh(notebook, exercise) != notebook:
+            found.append(path)
+    return found
+
+
+def write_all(root: Path = ROOT) -> list[Path]:
+    written = []
+    for path in stale(root):
+        exercise = next(e for e in EXERCISES.values() if root / e.notebook == path)
+        nbformat.write(refresh(nbformat.read(path, as_version=4), exercise), path)
+        written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.grade_cells", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a notebook is stale")
+    args = parser.parse_args(argv)
+    if args.check:
+        for path in stale():
+            print(f"{path.relative_to(ROOT)}: grade cells are stale; run `python -m tools.grade_cells`")
+        return 1 if stale() else 0
+    for path in write_all():
+        print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
