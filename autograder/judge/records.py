@@ -12,6 +12,10 @@ from ..submission import StudentProblem
 from ..wording import RANK_STATUS_WORDS
 from .events import EVENTS, parse
 
+# Every rank's probes write these on the way out, before rank_done: a rank_done
+# without them is a record stream that contradicts itself.
+END_OF_RUN = ("rank_end", "ddp_forward_calls", "training_end")
+
 
 @dataclass
 class RankRecords:
@@ -27,11 +31,16 @@ class RankRecords:
         return next(iter(self.all(kind)), None)
 
     @property
+    def complete(self) -> bool:
+        return all(self.first(kind) is not None for kind in END_OF_RUN)
+
+    @property
     def finished(self) -> bool:
         done = self.first("rank_done")
         return (
             done is not None
             and not done["failed"]
+            and self.complete
             and self.outcome is not None
             and self.outcome.status == RankStatus.FINISHED
         )
@@ -65,6 +74,8 @@ class RunRecords:
             return f"rank {rank} was {RANK_STATUS_WORDS[status]}"
         if records is not None and records.error is not None:
             return f"rank {rank} stopped with an error first (see the error above)"
+        if records is not None and records.first("rank_done") is not None and not records.complete:
+            return f"the run's records are incomplete (rank {rank} ended without its end-of-run records)"
         return f"rank {rank} finished without doing it"
 
     # Saved runs are the fixtures of the judge's fast tests (tools/record_fixtures.py).
