@@ -16,6 +16,7 @@ import pytest
 
 from autograder.exercises import ASSIGNMENTS, EXERCISES, LEFT_BY_RUNNING
 from autograder.judge.checks import by_id
+from autograder.wording import points
 from tools import grade_cells
 from tools.demo import copy_course, nbgrader
 
@@ -128,7 +129,8 @@ def test_one_grade_cell_per_graded_check(assignment):
 
 
 def test_grade_cells_are_generated_from_the_checks():
-    assert grade_cells.stale() == [], "grade cells are stale: run `python -m tools.grade_cells` and commit source/"
+    found = [str(path.relative_to(ROOT)) for path in grade_cells.stale()]
+    assert found == [], f"stale grade cells in {', '.join(found)}: run `python -m tools.grade_cells`, commit source/"
 
 
 def test_a_stale_grade_cell_is_found_and_refreshed(tmp_path):
@@ -149,3 +151,20 @@ def test_a_stale_grade_cell_is_found_and_refreshed(tmp_path):
     assert grade_cells.write_all(tmp_path) == [copy]
     assert grade_cells.stale(tmp_path) == []
     assert comparable(copy) == comparable(ROOT / exercise.notebook)  # all but the new cell's id
+
+
+def test_a_stale_points_table_is_found_and_refreshed(tmp_path):
+    for exercise in EXERCISE_OF.values():
+        (tmp_path / exercise.notebook).parent.mkdir(parents=True)
+        shutil.copy(ROOT / exercise.notebook, tmp_path / exercise.notebook)
+    exercise = EXERCISE_OF["mnist_ddp"]
+    copy = tmp_path / exercise.notebook
+    notebook = nbformat.read(copy, as_version=4)
+    [table] = [c for c in notebook.cells if c.cell_type == "markdown" and "| **Total** |" in c.source]
+    total = points(sum(by_id(c).points for c in exercise.graded_checks))
+    table.source = table.source.replace(f"| **{total}** |", "| **99** |")
+    nbformat.write(notebook, copy)
+    assert grade_cells.stale(tmp_path) == [copy]
+    assert grade_cells.write_all(tmp_path) == [copy]
+    assert grade_cells.stale(tmp_path) == []
+    assert copy.read_bytes() == (ROOT / exercise.notebook).read_bytes()  # nbformat writes it as committed

@@ -16,9 +16,9 @@ its function, its catalogue rows and a rerun of this tool (and of
 from __future__ import annotations
 
 import argparse
+import copy
 import re
 import sys
-import uuid
 from pathlib import Path
 
 import nbformat
@@ -53,33 +53,43 @@ def points_table(exercise: Exercise) -> str:
     return "\n".join([*rows, f"| | **Total** | **{points(total)}** |"])
 
 
-def _grade_cell(exercise: Exercise, check_id: str, old: dict) -> nbformat.NotebookNode:
-    grade_id = exercise.grade_id(check_id)
-    cell = nbformat.v4.new_code_cell(grade_cell_source(exercise, check_id))
-    cell.id = old[grade_id].id if grade_id in old else uuid.uuid4().hex[:8]  # unchanged cells keep their id
-    cell.metadata["nbgrader"] = {
-        "grade": True,
-        "grade_id": grade_id,
-        "locked": True,
-        "points": by_id(check_id).points,
-        "schema_version": 3,
-        "solution": False,
-    }
-    return cell
+def grade_cells(exercise: Exercise, ids: dict[str, str] | None = None) -> list[nbformat.NotebookNode]:
+    """One grade cell per graded check, in check order. `ids` maps a grade_id to the cell id it
+    already has, so a regenerated cell keeps its id and the diff stays small; a new one gets a fresh id."""
+    ids = ids or {}
+    cells = []
+    for check_id in exercise.graded_checks:
+        grade_id = exercise.grade_id(check_id)
+        cell = nbformat.v4.new_code_cell(grade_cell_source(exercise, check_id))
+        cell.id = ids.get(grade_id, cell.id)
+        cell.metadata["nbgrader"] = {
+            "grade": True,
+            "grade_id": grade_id,
+            "locked": True,
+            "points": by_id(check_id).points,
+            "schema_version": 3,
+            "solution": False,
+        }
+        cells.append(cell)
+    return cells
+
+
+def _is_grade_cell(cell: nbformat.NotebookNode) -> bool:
+    return cell.cell_type == "code" and bool(cell.metadata.get("nbgrader", {}).get("grade", False))
 
 
 def refresh(notebook: nbformat.NotebookNode, exercise: Exercise) -> nbformat.NotebookNode:
-    """The notebook with its grade cells and points table written from the checks."""
-    cells = notebook.cells
-    is_grade = [c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade", False) for c in cells]
-    if not any(is_grade):
+    """A copy of the notebook with its run of grade cells and its points table written from the checks
+    (the notebook itself is left as it is, so `refresh(nb, e) != nb` tells whether it is stale)."""
+    notebook = copy.deepcopy(notebook)
+    where = [i for i, cell in enumerate(notebook.cells) if _is_grade_cell(cell)]
+    if not where:
         raise ValueError(f"{exercise.notebook} has no grade cells to replace")
-    first = is_grade.index(True)
-    old = {c.metadata["nbgrader"]["grade_id"]: c for c, grade in zip(cells, is_grade, strict=True) if grade}
-    kept = [c for c, grade in zip(cells, is_grade, strict=True) if not grade]
-    new = [_grade_cell(exercise, check_id, old) for check_id in exercise.graded_checks]
-    notebook = nbformat.from_dict(dict(notebook))
-    notebook.cells = kept[:first] + new + kept[first:]
+    first, last = where[0], where[-1]
+    if where != list(range(first, last + 1)):
+        raise ValueError(f"{exercise.notebook}: the grade cells should be one run of cells, with nothing between them")
+    ids = {cell.metadata["nbgrader"]["grade_id"]: cell.id for cell in notebook.cells[first : last + 1] if "id" in cell}
+    notebook.cells[first : last + 1] = grade_cells(exercise, ids)
     tables = [c for c in notebook.cells if c.cell_type == "markdown" and TABLE.search(c.source)]
     if len(tables) != 1:
         raise ValueError(f"{exercise.notebook} should have one points table, not {len(tables)}")
@@ -88,7 +98,7 @@ def refresh(notebook: nbformat.NotebookNode, exercise: Exercise) -> nbformat.Not
 
 
 def stale(root: Path = ROOT) -> list[Path]:
-    """The source notebooks whose grade cells are not what the checks say."""
+    """The source notebooks whose grade cells or points table are not what the checks say."""
     found = []
     for exercise in EXERCISES.values():
         path = root / exercise.notebook
@@ -99,6 +109,7 @@ def stale(root: Path = ROOT) -> list[Path]:
 
 
 def write_all(root: Path = ROOT) -> list[Path]:
+    """Refresh the stale source notebooks in place (nbformat's own layout); the others are not touched."""
     written = []
     for path in stale(root):
         exercise = next(e for e in EXERCISES.values() if root / e.notebook == path)
@@ -112,9 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a notebook is stale")
     args = parser.parse_args(argv)
     if args.check:
-        for path in stale():
-            print(f"{path.relative_to(ROOT)}: grade cells are stale; run `python -m tools.grade_cells`")
-        return 1 if stale() else 0
+        found = stale()
+        for path in found:
+            print(f"{path.relative_to(ROOT)}: grade cells or points table are stale; run `python -m tools.grade_cells`")
+        return 1 if found else 0
     for path in write_all():
         print(f"wrote {path.relative_to(ROOT)}")
     return 0
