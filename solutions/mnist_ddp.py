@@ -3,7 +3,6 @@
 The five changes are marked (1) to (5). Run it with:  python mnist_ddp.py
 It starts one process per GPU, or two CPU processes (gloo) when there is no GPU.
 """
-
 import os
 import socket
 

@@ -1,5 +1,4 @@
 """Both ranks wait in recv for a message the other never sends: a deadlock."""
-
 import torch
 import torch.distributed as dist
 

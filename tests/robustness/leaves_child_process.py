@@ -1,5 +1,4 @@
 """Every rank starts a long-running child process and then hangs."""
-
 import subprocess
 import time
 

@@ -1,5 +1,4 @@
 """main takes only the rank."""
-
 import torch.distributed as dist
 
 

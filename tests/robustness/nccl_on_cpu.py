@@ -1,5 +1,4 @@
 """Asks for nccl, which needs a GPU per rank."""
-
 import torch.distributed as dist
 
 

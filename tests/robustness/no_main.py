@@ -1,5 +1,4 @@
 """Names its entry point train instead of main."""
-
 import torch.distributed as dist
 
 

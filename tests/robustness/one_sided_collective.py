@@ -1,5 +1,4 @@
 """Only rank 0 calls all_reduce, so it waits forever for the others."""
-
 import torch
 import torch.distributed as dist
 
@@ -10,6 +9,5 @@ def main(rank, world_size):
         dist.all_reduce(torch.ones(1))
     else:
         import time
-
         time.sleep(3600)
     dist.destroy_process_group()

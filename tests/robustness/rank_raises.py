@@ -1,5 +1,4 @@
 """Rank 1 raises while rank 0 goes on to a collective that needs rank 1."""
-
 import torch
 import torch.distributed as dist
 

@@ -1,5 +1,4 @@
 """Rank 0 crashes the interpreter itself."""
-
 import ctypes
 
 import torch.distributed as dist

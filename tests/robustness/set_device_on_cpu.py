@@ -1,5 +1,4 @@
 """Calls torch.cuda.set_device without checking that there is a GPU."""
-
 import torch
 import torch.distributed as dist
 

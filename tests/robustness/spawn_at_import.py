@@ -1,5 +1,4 @@
 """Calls mp.spawn at module level, outside `if __name__ == "__main__":`."""
-
 import torch.distributed as dist
 import torch.multiprocessing as mp
 

@@ -1,5 +1,4 @@
 """Hard-codes a world size of 4, as if there were 4 GPUs."""
-
 import torch.distributed as dist
 
 
