@@ -6,6 +6,7 @@ cases below edit them into what real ranks reach only slowly or by chance."""
 from __future__ import annotations
 
 import copy
+import functools
 import random
 from pathlib import Path
 
@@ -19,9 +20,23 @@ from autograder.judge.checks import run_checks
 from autograder.judge.records import RunRecords
 from autograder.launch import RankStatus
 from autograder.submission import Submission
-from tools.record_fixtures import FIXTURES, fixture_path, load
+from tools.record_fixtures import FIXTURES, fixture_name, fixture_path, load, source_sha256
 
 RECORDED = [pytest.param(row, id=row.id) for row in TABLE]
+REFERENCE = "linear_regression__linear_regression_ddp@2"
+RERECORD = "run `python -m tools.record_fixtures"
+# The checks that need every rank to have finished: on a run that stopped early they cannot pass.
+NEED_THE_WHOLE_RUN = {"weights_in_sync", "training", "rank0_logs", "cleanup"}
+
+
+@functools.cache
+def _loaded(name: str) -> dict:
+    return load(FIXTURES / f"{name}.json.gz")
+
+
+def fixture(name: str = REFERENCE) -> dict:
+    """A fixture's records, to edit at will."""
+    return copy.deepcopy(_loaded(name))
 
 
 def verdicts(data: dict) -> dict:
@@ -33,153 +48,286 @@ def statuses(found: dict, status: str) -> set[str]:
     return {check_id for check_id, v in found.items() if v.status == status}
 
 
-@pytest.fixture(scope="module")
-def fixture():
-    cache: dict[str, dict] = {}
-
-    def get(name: str) -> dict:
-        if name not in cache:
-            cache[name] = load(FIXTURES / f"{name}.json.gz")
-        return copy.deepcopy(cache[name])
-
-    return get
+def rank_events(data: dict, rank: int, kind: str) -> list[dict]:
+    return [e for e in data["ranks"][rank]["events"] if e["kind"] == kind]
 
 
-REFERENCE = "linear_regression__linear_regression_ddp@2"
+def stop(data: dict, rank: int, keep: int, status: RankStatus, exit_code: int | None) -> dict:
+    """Rank `rank`'s records end after its first `keep` events, and the launcher saw `status`."""
+    data["ranks"][rank]["events"] = data["ranks"][rank]["events"][:keep]
+    outcome = data["launch"]["ranks"][rank]
+    outcome["status"], outcome["exit_code"] = status, exit_code
+    if status == RankStatus.HUNG:
+        data["launch"]["hung"] = [rank]
+    else:
+        data["launch"]["first_failure"] = rank
+    return data
+
+
+# --- the catalogue, judged from its recordings ---------------------------------
 
 
 @pytest.mark.parametrize("row", RECORDED)
 def test_each_recorded_run_gets_the_catalogue_s_verdict(row):
     path = fixture_path(row)
-    assert path.is_file(), f"no fixture for {row.id}: run `python -m tools.record_fixtures`"
-    found = verdicts(load(path))
+    assert path.is_file(), f"no fixture for {row.id}: {RERECORD} {fixture_name(row)}`"
+    found = verdicts(_loaded(fixture_name(row)))
     assert statuses(found, "failed") == set(row.failed)
     assert statuses(found, "skipped") == row.skipped
     for check_id, says in row.failed.items():
-        assert says.message in found[check_id].message and says.hint in found[check_id].hint
+        assert says.message in found[check_id].message, check_id
+        assert says.hint in found[check_id].hint, check_id
 
 
 def test_every_recorded_event_fits_the_schema():
     for path in sorted(FIXTURES.glob("*.json.gz")):
-        for rank in load(path)["ranks"]:
+        for rank in _loaded(path.name.removesuffix(".json.gz"))["ranks"]:
             for event in rank["events"]:
                 facts = {k: v for k, v in event.items() if k not in events.COMMON_FIELDS}
                 try:
                     events.validate(event["kind"], facts)
                 except events.UnknownEvent as error:
-                    pytest.fail(f"{path.name}: {error}; the probes changed: run `python -m tools.record_fixtures`")
+                    pytest.fail(f"{path.name}, rank {rank['rank']}: {error}; the schema changed: {RERECORD}`")
 
 
-def _cut(data: dict, rank: int, keep: int, status: RankStatus) -> dict:
-    data["ranks"][rank]["events"] = data["ranks"][rank]["events"][:keep]
-    outcome = data["launch"]["ranks"][rank]
-    outcome["status"], outcome["exit_code"] = status, None if status == RankStatus.HUNG else -9
-    return data
+def test_every_fixture_was_recorded_from_its_submission_as_it_is_now():
+    stale = [
+        fixture_name(row)
+        for row in TABLE
+        if fixture_path(row).is_file()
+        and _loaded(fixture_name(row)).get("recorded_from", {}).get("sha256") != source_sha256(row)
+    ]
+    assert not stale, f"recorded from another version of the submission: {RERECORD} {' '.join(stale)}`"
 
 
-def test_a_rank_hung_halfway_fails_closed(fixture):
-    found = verdicts(_cut(fixture(REFERENCE), 1, 40, RankStatus.HUNG))
+def test_every_fixture_is_a_row_of_the_catalogue():
+    rows = {fixture_path(row).name for row in TABLE}
+    orphans = sorted(p.name for p in FIXTURES.glob("*.json.gz") if p.name not in rows)
+    assert not orphans, f"fixtures of no row of tests/test_checks.py's TABLE (delete them): {orphans}"
+
+
+# --- runs that stopped early fail closed ------------------------------------------
+
+
+def test_a_rank_hung_halfway_fails_closed():
+    data = stop(fixture(), 1, 40, RankStatus.HUNG, None)
+    reached = len(rank_events(data, 1, "sampler_epoch"))
+    assert 0 < reached < 20
+    found = verdicts(data)
     assert statuses(found, "skipped") == set()  # "does not apply" is only known of a run that finished
-    for check_id in ("weights_in_sync", "training", "rank0_logs", "cleanup", "gpu_device"):
-        assert found[check_id].status == "failed", check_id
-    assert "rank 1 was still running at the deadline" in found["weights_in_sync"].message
-    # Their evidence was complete: every rank's group was ready, and rank 0's own checkpoint loads.
-    assert found["process_group"].status == found["checkpoint_loadable"].status == "passed"
+    assert statuses(found, "failed") == NEED_THE_WHOLE_RUN | {"rank0_checkpoint", "gpu_device"}
+    assert found["gpu_device"].message == "Not checked: the run stopped early."  # skipped on a finished run
+    for check_id in NEED_THE_WHOLE_RUN | {"rank0_checkpoint"}:
+        assert "rank 1 was still running at the deadline" in found[check_id].message, check_id
+    # What passes has its evidence: rank 1 joined the group, wrapped and stepped its model; rank 0's checkpoint
+    # loads; and the partition is judged on the epochs both ranks reached, not all 20.
+    assert found["distributed_sampler"].status == "passed"
+    assert f"in each of {reached} epoch(s)" in found["distributed_sampler"].message
 
 
-def test_a_run_with_no_records_fails_every_check(fixture):
-    data = fixture(REFERENCE)
+def test_a_rank_that_failed_halfway_is_named_as_the_cause():
+    data = fixture()
+    end_of_run = rank_events(data, 1, "rank_end") + rank_events(data, 1, "ddp_forward_calls")
+    end_of_run += [e | {"fingerprint": None, "steps": 0} for e in rank_events(data, 1, "training_end")]
+    stop(data, 1, 30, RankStatus.FAILED, 1)
+    error = {"kind": "error", "time": 0.0, "step": 9, "type": "RuntimeError", "from_grader": False}
+    error |= {"message": "boom", "hint": "", "frames": []}
+    data["ranks"][1]["events"] += [error, *end_of_run, {"kind": "rank_done", "time": 0.0, "step": 9, "failed": True}]
+    found = verdicts(data)
+    assert statuses(found, "skipped") == set()
+    assert NEED_THE_WHOLE_RUN <= statuses(found, "failed")
+    assert "rank 1 stopped with an error first" in found["weights_in_sync"].message
+    solution = Path(EXERCISES["linear_regression"].solution)
+    report = judge(Submission(solution, False, ""), RunRecords.from_dict(data))
+    assert report.error == "Rank 1 failed: RuntimeError: boom" and not report.passed
+
+
+def test_a_rank_killed_without_a_word_fails_closed():
+    """os._exit, a segfault or the OOM killer: no error event, no end-of-run records."""
+    data = stop(fixture(), 1, 60, RankStatus.FAILED, -11)
+    found = verdicts(data)
+    assert statuses(found, "skipped") == set()
+    assert statuses(found, "failed") == NEED_THE_WHOLE_RUN | {"rank0_checkpoint", "gpu_device"}
+    assert found["cleanup"].message.startswith("Could not confirm that the process group was destroyed: rank 1 ")
+    reached = len(rank_events(data, 1, "sampler_epoch"))  # the epochs rank 1 finished
+    assert f"in each of {reached} epoch(s)" in found["distributed_sampler"].message
+
+
+@pytest.mark.xfail(strict=True, reason="judge bug: why_not_reached says a FAILED rank without an error 'finished'")
+def test_a_rank_killed_without_a_word_is_not_said_to_have_finished():
+    found = verdicts(stop(fixture(), 1, 60, RankStatus.FAILED, -11))
+    assert "finished" not in found["weights_in_sync"].message, found["weights_in_sync"].message
+
+
+def test_a_rank_done_without_the_end_of_run_records_is_called_incomplete():
+    """A forged rank_done (then os._exit) must not stand for a finished run."""
+    data = fixture()
+    stream = data["ranks"][1]["events"]
+    data["ranks"][1]["events"] = [e for e in stream if e["kind"] not in ("training_end", "rank_end")]
+    found = verdicts(data)
+    assert NEED_THE_WHOLE_RUN <= statuses(found, "failed")
+    assert "the run's records are incomplete (rank 1 ended" in found["weights_in_sync"].message
+
+
+def test_a_run_whose_ranks_recorded_nothing_fails_every_check():
+    data = fixture()
     for rank in data["ranks"]:
         rank["events"] = []
     found = verdicts(data)
     assert statuses(found, "failed") == set(found)
-    assert "never called init_process_group" in found["process_group"].message
+    assert "Rank 0 never called init_process_group" in found["process_group"].message
+    assert found["rank0_checkpoint"].message.startswith("Could not confirm who saved checkpoints")
 
 
-def test_a_rank_done_without_the_end_of_run_records_is_called_incomplete(fixture):
-    """A forged rank_done (then os._exit) must not stand for a finished run."""
-    data = fixture(REFERENCE)
-    events_of_1 = data["ranks"][1]["events"]
-    data["ranks"][1]["events"] = [e for e in events_of_1 if e["kind"] not in ("training_end", "rank_end")]
-    found = verdicts(data)
+@pytest.mark.xfail(strict=True, reason="judge bug: the checks assume one RankRecords per rank of world_size")
+@pytest.mark.parametrize("kept", [0, 1], ids=["no ranks", "rank 0 only"])
+def test_a_run_with_records_of_fewer_ranks_than_its_world_size_fails_closed(kept):
+    data = fixture()
+    data["ranks"] = data["ranks"][:kept]
+    found = verdicts(data)  # with no ranks at all: IndexError in distributed_sampler
+    assert found["process_group"].status == "failed"  # not "All 2 ranks joined one gloo process group"
     assert found["weights_in_sync"].status == "failed"
-    assert "the run's records are incomplete" in found["weights_in_sync"].message
-    assert found["cleanup"].status == "failed" and found["training"].status == "failed"
 
 
-def test_random_truncations_never_crash_the_judge():
+def test_a_submission_that_could_not_run_fails_every_check_with_its_problem():
+    data = fixture("linear_regression__nccl_on_cpu@2")
+    data |= {"ranks": [], "launch": None, "problem": {"message": "SyntaxError: x", "hint": "Fix line 3."}}
+    found = verdicts(data)
+    assert statuses(found, "failed") == set(found)
+    assert {(v.message, v.hint) for v in found.values()} == {("Not checked: the code could not run.", "Fix line 3.")}
+
+
+def test_random_truncations_never_crash_the_judge_and_fail_closed():
     rng = random.Random(0)
     for path in sorted(FIXTURES.glob("*.json.gz")):
-        data = load(path)
+        data = _loaded(path.name.removesuffix(".json.gz"))
         for _ in range(5):
-            cut = copy.deepcopy(data)
-            for rank in cut["ranks"]:
+            cut = data | {"ranks": []}  # the judge edits nothing: the events can be shared
+            for rank in data["ranks"]:
                 stream = rank["events"]
-                rank["events"] = stream[: rng.randrange(len(stream) + 1)] + stream[-1:] * rng.randrange(2)
+                stream = stream[: rng.randrange(len(stream) + 1)] + stream[-1:] * rng.randrange(2)
+                cut["ranks"].append(rank | {"events": stream})
+            lost_rank_done = any(all(e["kind"] != "rank_done" for e in r["events"]) for r in cut["ranks"])
             found = verdicts(cut)  # must not raise
             assert len(found) == len(EXERCISES[data["exercise"]].checks)
+            if lost_rank_done:
+                assert statuses(found, "skipped") == set(), path.name
+                assert NEED_THE_WHOLE_RUN <= statuses(found, "failed"), path.name
 
 
-def _epochs(data: dict, rank: int) -> list[dict]:
-    return [e for e in data["ranks"][rank]["events"] if e["kind"] == "sampler_epoch"]
+# --- the schema's defaults ---------------------------------------------------------
 
 
-def test_ranks_reading_the_same_samples_beyond_the_padding_fail_the_partition(fixture):
-    data = fixture(REFERENCE)
-    _epochs(data, 1)[0]["indices"] = list(_epochs(data, 0)[0]["indices"])
+def test_a_half_written_event_gets_the_schema_s_defaults():
+    assert events.parse({"kind": "sampler_epoch", "indices": [3], "undeclared": 1, "time": 2.5}) == {
+        "kind": "sampler_epoch",
+        "time": 2.5,
+        "step": 0,
+        "sampler": -1,
+        "epoch": 0,
+        "indices": [3],
+        "finished": False,
+    }
+    assert events.parse({"kind": "no_such_event"}) is None and events.parse("rank_done") is None
+    # A rank_done cut short reads as failed (the default), so the run did not finish.
+    data = fixture()
+    done = rank_events(data, 1, "rank_done")[0]
+    del done["failed"], done["printed_lines"]
+    assert RunRecords.from_dict(data).ranks[1].first("rank_done") | {"time": 0} == {
+        "kind": "rank_done",
+        "time": 0,
+        "step": done["step"],
+        "failed": True,
+        "printed_lines": 0,
+    }
+    found = verdicts(data)
+    assert NEED_THE_WHOLE_RUN | {"gpu_device"} <= statuses(found, "failed")
+
+
+@pytest.mark.xfail(strict=True, reason="judge bug: parse hands every event the schema's own mutable default")
+def test_parsed_events_do_not_share_their_defaults():
+    first = events.parse({"kind": "ddp_forward_calls"})
+    try:
+        first["calls"]["forward"] = 3
+        assert events.parse({"kind": "ddp_forward_calls"})["calls"] == {}
+    finally:
+        events.EVENTS["ddp_forward_calls"]["calls"].clear()
+
+
+# --- the data partition --------------------------------------------------------------
+
+
+def test_ranks_reading_the_same_samples_fail_the_partition_with_the_ranks_named():
+    data = fixture()
+    rank_events(data, 1, "sampler_epoch")[0]["indices"] = list(rank_events(data, 0, "sampler_epoch")[0]["indices"])
     found = verdicts(data)["distributed_sampler"]
     assert found.status == "failed"
     assert "In epoch 1, ranks 0 and 1 read 500 of the same samples" in found.message
+    assert "num_replicas=world_size and rank=rank" in found.hint
 
 
-def test_padding_of_an_uneven_split_is_not_an_overlap(fixture):
+def test_padding_of_an_uneven_split_is_not_an_overlap():
     data = fixture("linear_regression__linear_regression_ddp@3")  # 1000 samples, 334 per rank: 2 repeated
+    epochs = [rank_events(data, rank, "sampler_epoch") for rank in range(3)]
+    assert sum(len(e[0]["indices"]) for e in epochs) == 1002
     assert verdicts(data)["distributed_sampler"].status == "passed"
-    _epochs(data, 2)[0]["indices"][0] = _epochs(data, 0)[0]["indices"][5]  # one more shared sample than padding
-    assert "read 3 of the same samples" in verdicts(data)["distributed_sampler"].message
+    # The padding repeats the first two samples: rank 0's first on rank 1, rank 1's first on rank 2.
+    assert epochs[1][0]["indices"][-1] == epochs[0][0]["indices"][0]
+    assert epochs[2][0]["indices"][-1] == epochs[1][0]["indices"][0]
+    shared = epochs[0][0]["indices"][5]
+    epochs[2][0]["indices"][0] = shared  # one shared sample more than the padding
+    found = verdicts(data)["distributed_sampler"]
+    assert found.status == "failed"
+    assert "In epoch 1, ranks 0, 1 and 2 read 3 of the same samples" in found.message
+    assert str(shared) in found.message.split("for example indices ")[1]
 
 
-def test_samples_no_rank_read_are_named(fixture):
-    data = fixture(REFERENCE)
-    del _epochs(data, 1)[3]["indices"][:10]
+def test_samples_no_rank_read_are_named():
+    data = fixture()
+    del rank_events(data, 1, "sampler_epoch")[3]["indices"][:10]
     found = verdicts(data)["distributed_sampler"]
     assert found.status == "failed" and "In epoch 4, no rank read 10 of the 1000 samples" in found.message
 
 
-def test_one_step_out_of_sync_is_caught_at_that_step(fixture):
-    data = fixture(REFERENCE)
-    snapshot = next(e for e in data["ranks"][1]["events"] if e["kind"] == "snapshot" and e["step"] == 5)
+def test_a_repeated_shuffle_fails_set_epoch():
+    data = fixture()
+    for rank in (0, 1):
+        for epoch in rank_events(data, rank, "sampler_epoch"):
+            epoch["epoch"] = 0
+    found = verdicts(data)["set_epoch"]
+    assert found.status == "failed" and "in every one of the 20 epochs (set_epoch was never called)" in found.message
+
+
+# --- the model and what rank 0 writes --------------------------------------------------
+
+
+def test_one_step_out_of_sync_is_caught_at_that_step():
+    data = fixture()
+    snapshot = next(e for e in rank_events(data, 1, "snapshot") if e["step"] == 5)
     snapshot["fingerprint"] = [x * 1.01 for x in snapshot["fingerprint"]]
     found = verdicts(data)["weights_in_sync"]
     assert found.status == "failed" and found.message.startswith("After step 5 the ranks' weights differ")
 
 
-def test_a_repeated_shuffle_fails_set_epoch(fixture):
-    data = fixture(REFERENCE)
-    for rank in (0, 1):
-        for epoch in _epochs(data, rank):
-            epoch["epoch"] = 0
-    found = verdicts(data)["set_epoch"]
-    assert found.status == "failed" and "set_epoch was never called" in found.message
-
-
-def test_a_checkpoint_written_as_a_plain_file_by_another_rank_counts(fixture):
-    data = fixture(REFERENCE)
+def test_a_checkpoint_written_as_a_plain_file_by_another_rank_counts():
+    data = fixture()
     data["ranks"][1]["events"].insert(-1, {"kind": "file_written", "time": 0.0, "step": 3, "path": "/w/rank1.ckpt"})
-    found = verdicts(data)["rank0_checkpoint"]
-    assert found.status == "failed" and "Rank 1 also saved a checkpoint (rank1.ckpt)" in found.message
+    found = verdicts(data)
+    assert found["rank0_checkpoint"].status == "failed"
+    assert "Rank 1 also saved a checkpoint (rank1.ckpt)" in found["rank0_checkpoint"].message
+    assert found["rank0_logs"].status == "passed"  # a checkpoint is not a log
 
 
-def test_on_gpus_the_backend_and_the_device_are_judged(fixture):
-    data = fixture(REFERENCE)
+def test_on_gpus_the_backend_and_the_device_are_judged():
+    data = fixture()
     data["backend"] = "nccl"
     found = verdicts(data)
     assert "created its process group with the gloo backend, but this run uses nccl" in found["process_group"].message
     assert "created its process group before choosing its GPU" in found["gpu_device"].message
 
 
-def test_a_probe_that_failed_is_shown_as_a_grader_problem(fixture):
-    data = fixture(REFERENCE)
+def test_a_probe_that_failed_is_shown_as_a_grader_problem():
+    data = fixture()
     failure = {"kind": "probe_error", "time": 0.0, "step": 0, "where": "install.<locals>.save", "error": "OSError: x"}
     data["ranks"][1]["events"].insert(0, failure)
     solution = Path(EXERCISES["linear_regression"].solution)

@@ -2,24 +2,41 @@
 catalogue as fixtures for the judge's fast tests (tests/test_judge.py).
 
 Each row of tests/test_checks.py's TABLE (a catalogue submission at a world
-size) is run once with real ranks, and the records the checks read are saved
-as tests/fixtures/runs/<exercise>__<submission>@<world size>.json.gz. The
-tests then judge those records in milliseconds. Re-record after a change to a
-probe or to the event schema; a test fails while any fixture no longer fits
-the schema. Only the ranks' printed output is trimmed (to its last
-OUTPUT_CHARS characters): no check reads it.
+size) is run once with real ranks (gloo), and the records the checks read are
+saved as tests/fixtures/runs/<exercise>__<submission>@<world size>.json.gz:
+`RunRecords.to_dict()` as compact JSON with sorted keys, gzipped without a
+timestamp, so recording the same run again changes only its times. NAMEs (as
+in that folder, without .json.gz) record only those rows. Re-record after a
+change to a probe, to the event schema or to a catalogue submission: the tests
+fail while a fixture no longer fits the schema or was recorded from another
+version of its submission (each fixture keeps the SHA-256 of the source it
+ran, under "recorded_from", which `RunRecords.from_dict` ignores).
+
+To keep the folder small, what no check reads is trimmed:
+- each rank's printed output, to its last OUTPUT_CHARS characters;
+- the indices of a rank's plain-sampler epochs after the first
+  PARTITION_EPOCHS (the checks read only the first; the report draws the
+  first PARTITION_EPOCHS);
+- the losses of every rank but rank 0 (the training check reads rank 0's; the
+  report's loss chart then shows rank 0 alone).
+A trimmed run must get the same verdicts as the run itself, or nothing is saved.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import gzip
+import hashlib
 import json
 import sys
 import tempfile
 from pathlib import Path
 
-from autograder.grading import record
+from autograder.exercises import EXERCISES
+from autograder.grading import PARTITION_EPOCHS, record
+from autograder.judge.checks import run_checks
+from autograder.judge.records import RunRecords
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
@@ -35,22 +52,58 @@ def fixture_path(row) -> Path:
     return FIXTURES / f"{fixture_name(row)}.json.gz"
 
 
-def _catalogue():
-    sys.path.insert(0, str(TESTS))  # the catalogue lives with the tests
+def catalogue():
+    """tests/mistakes.py and tests/test_checks.py, which live with the tests."""
+    if str(TESTS) not in sys.path:
+        sys.path.insert(0, str(TESTS))
     import mistakes
     import test_checks
 
     return mistakes, test_checks
 
 
-def save(run, path: Path) -> None:
-    data = run.to_dict()
+def source(row) -> str:
+    """The code the row's run grades."""
+    mistakes, test_checks = catalogue()
+    if row.submission == "reference":
+        return test_checks.REFERENCES[row.exercise].read_text()
+    return mistakes.SUBMISSIONS[f"{row.exercise}/{row.submission}"].source()
+
+
+def source_sha256(row) -> str:
+    return hashlib.sha256(source(row).encode()).hexdigest()
+
+
+def trimmed(data: dict) -> dict:
+    """`RunRecords.to_dict()` without what no check reads (see the module docstring)."""
+    data = copy.deepcopy(data)
     for outcome in (data["launch"] or {}).get("ranks", []):
         outcome["output"] = outcome["output"][-OUTPUT_CHARS:]
+    for rank in data["ranks"]:
+        plain = [e for e in rank["events"] if e["kind"] == "plain_sampler_epoch"]
+        for epoch in plain[PARTITION_EPOCHS:]:
+            epoch["indices"] = []
+        if rank["rank"] != 0:
+            for end in (e for e in rank["events"] if e["kind"] == "training_end"):
+                end["losses"] = []
+    return data
+
+
+def verdicts(run: RunRecords) -> list:
+    return run_checks(run, EXERCISES[run.exercise].checks)
+
+
+def save(run: RunRecords, path: Path, recorded_from: dict | None = None) -> dict:
+    data = trimmed(run.to_dict())
+    if verdicts(RunRecords.from_dict(data)) != verdicts(run):
+        raise AssertionError(f"{path.name}: trimming changed a verdict; trim less in tools/record_fixtures.py")
+    if recorded_from is not None:
+        data["recorded_from"] = recorded_from
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(data, sort_keys=True, separators=(",", ":"))
     with gzip.GzipFile(path, "wb", mtime=0) as f:  # no timestamp: the same records give the same bytes
         f.write(text.encode())
+    return data
 
 
 def load(path: Path) -> dict:
@@ -62,18 +115,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.record_fixtures", description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help="only these fixtures (names as in tests/fixtures/runs/)")
     args = parser.parse_args(argv)
-    mistakes, test_checks = _catalogue()
+    mistakes, test_checks = catalogue()
+    rows = [row for row in test_checks.TABLE if not args.names or fixture_name(row) in args.names]
+    unknown = sorted(set(args.names) - {fixture_name(row) for row in rows})
+    if unknown:
+        parser.error(f"no catalogue row for {', '.join(unknown)}")
     with tempfile.TemporaryDirectory() as folder:
-        for row in test_checks.TABLE:
-            if args.names and fixture_name(row) not in args.names:
-                continue
+        for row in rows:
             if row.submission == "reference":
                 path = test_checks.REFERENCES[row.exercise]
             else:
                 path = mistakes.write_submission(f"{row.exercise}/{row.submission}", Path(folder) / row.exercise)
-            _, run = record(path, row.exercise, world_size=row.world_size, backend="gloo")
-            save(run, fixture_path(row))
-            print(f"recorded {fixture_path(row).relative_to(ROOT)}")
+            _, run = record(path, row.exercise, world_size=row.world_size, backend="gloo", fork_from_here=False)
+            save(run, fixture_path(row), {"submission": row.id, "sha256": source_sha256(row)})
+            print(f"recorded {fixture_path(row).relative_to(ROOT)}", flush=True)
     return 0
 
 
