@@ -19,7 +19,7 @@ from .judge.records import RunRecords, collect
 from .judge.verdict import RankSummary, Report
 from .launch import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE, LAUNCHERS, Job, RankStatus, launcher
 from .launch import backend as backends
-from .wording import RANK_STATUS_WORDS, exit_words
+from .wording import RANK_STATUS_WORDS, exit_phrase
 
 MAX_WORLD_SIZE = 16
 PARTITION_EPOCHS = 6  # epochs drawn in the partition map
@@ -143,12 +143,10 @@ def _rank_error(run: RunRecords, sub: submissions.Submission, rank: int) -> str 
     if outcome.status == RankStatus.STOPPED:
         return RANK_STATUS_WORDS[RankStatus.STOPPED]
     if outcome.exit_code not in (0, None):
-        how = (
-            "was " + exit_words(outcome.exit_code)
-            if outcome.exit_code < 0
-            else "exited with status " + str(outcome.exit_code)
+        return (
+            f"the process {exit_phrase(outcome.exit_code)} before main returned "
+            "(os._exit, a crash, or running out of memory)"
         )
-        return f"the process {how} before main returned (os._exit, a crash, or running out of memory)"
     return None
 
 

@@ -19,6 +19,11 @@ def exit_words(exit_code: int) -> str:
     return f"killed by signal {-exit_code}" if exit_code < 0 else f"exit status {exit_code}"
 
 
+def exit_phrase(exit_code: int) -> str:
+    """-11 -> 'was killed by signal 11'; 3 -> 'exited with status 3'."""
+    return f"was {exit_words(exit_code)}" if exit_code < 0 else f"exited with status {exit_code}"
+
+
 def ranks_text(ranks) -> str:
     """[1] -> 'rank 1'; [0, 1, 2] -> 'ranks 0, 1 and 2'."""
     ranks = list(ranks)

@@ -73,6 +73,11 @@ def run_checks(run: RunRecords, check_ids) -> list[Verdict]:
 def _not_runnable(run: RunRecords) -> Outcome | None:
     if run.problem is not None:
         return failed("Not checked: the code could not run.", run.problem.hint)
+    if not run.has_every_rank:
+        return failed(
+            f"Not checked: the run's records are incomplete (records of {len(run.ranks)} of {run.world_size} ranks).",
+            "This is a problem of the grading machine; tell your instructor.",
+        )
     return None
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 COMMON_FIELDS = ("kind", "time", "step")
 
-# kind -> {field: default}. Defaults are immutable, so no reader can change another's.
+# kind -> {field: default}. parse() gives each event its own copy of a dict default.
 EVENTS: dict[str, dict[str, Any]] = {
     # process group (probes/process_group.py)
     "init_process_group": {"backend": None, "set_device_calls": ()},
@@ -76,6 +76,6 @@ def parse(raw: Any) -> dict | None:
         return None
     kind = raw["kind"]
     event = {"kind": kind, "time": raw.get("time", 0.0), "step": raw.get("step", 0)}
-    event.update(EVENTS[kind])
+    event.update((k, dict(v) if isinstance(v, dict) else v) for k, v in EVENTS[kind].items())  # a dict per event
     event.update((k, v) for k, v in raw.items() if k in EVENTS[kind])
     return event

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..launch import LaunchResult, RankOutcome, RankStatus
 from ..submission import StudentProblem
-from ..wording import RANK_STATUS_WORDS
+from ..wording import RANK_STATUS_WORDS, exit_phrase
 from .events import EVENTS, parse
 
 # Every rank's probes write these on the way out, before rank_done: a rank_done
@@ -62,7 +62,11 @@ class RunRecords:
 
     @property
     def all_finished(self) -> bool:
-        return self.problem is None and bool(self.ranks) and all(r.finished for r in self.ranks)
+        return self.problem is None and self.has_every_rank and all(r.finished for r in self.ranks)
+
+    @property
+    def has_every_rank(self) -> bool:
+        return [r.rank for r in self.ranks] == list(range(self.world_size))
 
     def why_not_reached(self, rank: int) -> str:
         """Why a rank has no record of something: for messages."""
@@ -74,6 +78,8 @@ class RunRecords:
             return f"rank {rank} was {RANK_STATUS_WORDS[status]}"
         if records is not None and records.error is not None:
             return f"rank {rank} stopped with an error first (see the error above)"
+        if status == RankStatus.FAILED and records.outcome.exit_code is not None:
+            return f"rank {rank} {exit_phrase(records.outcome.exit_code)} before main returned"
         if records is not None and records.first("rank_done") is not None and not records.complete:
             return f"the run's records are incomplete (rank {rank} ended without its end-of-run records)"
         return f"rank {rank} finished without doing it"
