@@ -67,4 +67,4 @@ class MultiprocessingLauncher(Launcher):
             stop_all([], captures)
             return start_error(started_at, failure)
         ranks = [_started(p) for p in context.processes]
-        return supervise(ranks, captures, spec.stack_paths, started_at, job.timeout_s, spec.record_paths)
+        return supervise(ranks, captures, spec, started_at, job.timeout_s)

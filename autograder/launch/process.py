@@ -51,7 +51,7 @@ class ProcessLauncher(Launcher):
             except Exception as error:  # e.g. out of memory or processes
                 stop_all(ranks, captures)
                 return start_error(started_at, error)
-            return supervise(ranks, captures, spec.stack_paths, started_at, job.timeout_s, spec.record_paths)
+            return supervise(ranks, captures, spec, started_at, job.timeout_s)
         finally:
             for started in ranks:
                 os.close(started.sentinel)

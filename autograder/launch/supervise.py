@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..rank.spec import STACK_SIGNAL
+from ..rank.spec import STACK_SIGNAL, RankSpec
 from . import LaunchResult, RankOutcome, RankStatus
 from .capture import CappedOutput
 
@@ -74,12 +74,7 @@ def _watch(ranks: list[StartedRank], deadline: float) -> tuple[dict[int, float],
 
 
 def supervise(
-    ranks: list[StartedRank],
-    captures: list[CappedOutput],
-    stack_paths,
-    started_at: float,
-    timeout_s: float,
-    record_paths,
+    ranks: list[StartedRank], captures: list[CappedOutput], spec: RankSpec, started_at: float, timeout_s: float
 ) -> LaunchResult:
     """Watch the ranks to the end, then kill all that is left and gather what was seen."""
     exit_times: dict[int, float] = {}
@@ -112,11 +107,13 @@ def supervise(
                 status,
                 capture.text(),
                 capture.total_bytes,
-                _read_stack(stack_paths[rank]),
+                _read_stack(spec.stack_paths[rank]),
                 exit_times.get(rank),
             )
         )
-    return LaunchResult(outcomes, time.monotonic() - started_at, [Path(p) for p in record_paths], first_failure, hung)
+    return LaunchResult(
+        outcomes, time.monotonic() - started_at, [Path(p) for p in spec.record_paths], first_failure, hung
+    )
 
 
 def start_error(started_at: float, error: BaseException) -> LaunchResult:
