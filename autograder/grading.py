@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from . import submission as submissions
@@ -15,13 +16,15 @@ from .errors import CannotGrade
 from .exercises import EXERCISES, Exercise
 from .judge.checks import SYNC_TOLERANCE, run_checks, training_sampler, weight_spread
 from .judge.hints import hint_for
-from .judge.records import RunRecords, collect
+from .judge.records import RunRecords, collect, collect_own_launcher
 from .judge.verdict import RankSummary, Report
 from .launch import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE, LAUNCHERS, Job, RankStatus, launcher
 from .launch import backend as backends
+from .launch.own import launch_own
 from .wording import RANK_STATUS_WORDS, exit_phrase
 
 MAX_WORLD_SIZE = 16
+OWN_LAUNCHER_GRACE_S = 30.0  # beyond twice the graded run's time, for the student's own launcher
 PARTITION_EPOCHS = 6  # epochs drawn in the partition map
 
 
@@ -78,7 +81,22 @@ def _run(
     provided = _files(workdir)
     job = Job(world_size, resolved, hide_gpus, timeout_s, module_path, workdir, sub.is_notebook, fork_from_here)
     result = launcher(launcher_kind).launch(job, private_dir)
-    return collect(exercise.name, world_size, resolved, result, sorted(_files(workdir) - provided))
+    run = collect(exercise.name, world_size, resolved, result, sorted(_files(workdir) - provided))
+    if run.all_finished and "launcher" in exercise.checks:
+        run.own_launcher = _run_own_launcher(exercise, job, run_dir, result.duration_s)
+    return run
+
+
+def _run_own_launcher(exercise: Exercise, job: Job, run_dir: Path, graded_run_s: float):
+    """The student's `if __name__ == "__main__":` block, in a working folder of
+    its own, so what it writes cannot count as the graded ranks' files. It
+    repeats the graded run's work, so it gets about that run's time again."""
+    workdir = run_dir / "own_launcher_work"
+    workdir.mkdir()
+    exercise.prepare(workdir)
+    deadline = min(job.timeout_s, 2 * graded_run_s + OWN_LAUNCHER_GRACE_S)
+    own_job = replace(job, workdir=workdir, timeout_s=deadline)
+    return collect_own_launcher(launch_own(own_job, run_dir / "own_launcher"))
 
 
 def record(
@@ -121,13 +139,31 @@ def grade(path: str | os.PathLike, exercise: str, *args, **kwargs) -> Report:
 # --- turning records into the report ------------------------------------------
 
 
-def _student_location(sub: submissions.Submission, frames: list[dict]) -> str:
-    if not frames:
+def _error_frame(records) -> dict | None:
+    """The innermost line of the student's file where this rank's error was raised."""
+    frames = records.error["frames"] if records.error else []
+    return frames[-1] if frames else None
+
+
+def _hung_frame(sub: submissions.Submission, stack: str) -> dict | None:
+    """The innermost line of the student's file in a faulthandler dump."""
+    lines = sub.code.splitlines()
+    for line in stack.splitlines():
+        line = line.strip()
+        if line.startswith("File ") and f'/{sub.module_file_name}"' in line:
+            number = int(line.split(", line ")[1].split()[0])
+            code = lines[number - 1].strip() if number <= len(lines) else ""
+            return {"line": number, "function": line.rsplit(" in ", 1)[-1], "code": code}
+    return None
+
+
+def _location(sub: submissions.Submission, frame: dict | None) -> str:
+    """' (file.py, line 12, in main: code)'."""
+    if frame is None:
         return ""
-    last = frames[-1]
-    code = f": {last['code']}" if last.get("code") else ""
-    where = "at the top level of the file" if last["function"] == "<module>" else f"in {last['function']}"
-    return f" ({sub.path.name}, {sub.where(last['line'])}, {where}{code})"
+    code = f": {frame['code']}" if frame.get("code") else ""
+    where = "at the top level of the file" if frame["function"] == "<module>" else f"in {frame['function']}"
+    return f" ({sub.path.name}, {sub.where(frame['line'])}, {where}{code})"
 
 
 def _rank_error(run: RunRecords, sub: submissions.Submission, rank: int) -> str | None:
@@ -135,11 +171,11 @@ def _rank_error(run: RunRecords, sub: submissions.Submission, rank: int) -> str 
     error, outcome = records.error, records.outcome
     if error is not None:
         name = "" if error["from_grader"] else f"{error['type']}: "
-        return f"{name}{error['message']}{_student_location(sub, error['frames'])}"
+        return f"{name}{error['message']}{_location(sub, _error_frame(records))}"
     if outcome is None:
         return None
     if outcome.status == RankStatus.HUNG:
-        return f"{RANK_STATUS_WORDS[RankStatus.HUNG]}{_hung_location(sub, outcome.stack)}"
+        return f"{RANK_STATUS_WORDS[RankStatus.HUNG]}{_location(sub, _hung_frame(sub, outcome.stack))}"
     if outcome.status == RankStatus.STOPPED:
         return RANK_STATUS_WORDS[RankStatus.STOPPED]
     if outcome.exit_code not in (0, None):
@@ -150,30 +186,20 @@ def _rank_error(run: RunRecords, sub: submissions.Submission, rank: int) -> str 
     return None
 
 
-def _hung_location(sub: submissions.Submission, stack: str) -> str:
-    """The innermost line of the student's file in a faulthandler dump."""
-    for line in stack.splitlines():
-        line = line.strip()
-        if line.startswith("File ") and f'/{sub.module_file_name}"' in line:
-            number = int(line.split(", line ")[1].split()[0])
-            function = line.rsplit(" in ", 1)[-1]
-            code = sub.code.splitlines()[number - 1].strip() if number <= len(sub.code.splitlines()) else ""
-            return f", at {sub.path.name} {sub.where(number)}, in {function}: {code}"
-    return ""
-
-
-def _root_failure(run: RunRecords) -> int:
-    """The rank that failed first. Its error is the cause; the others often
-    fail a moment later only because it is gone ("Connection closed by peer")."""
-
-    def failed_at(records) -> float:
-        times = [records.error["time"]] if records.error else []
-        if records.outcome.exited_at is not None:
-            times.append(records.outcome.exited_at)
-        return min(times, default=float("inf"))
-
-    failed = [r for r in run.ranks if r.outcome and r.outcome.status == RankStatus.FAILED]
-    return min(failed, key=failed_at).rank if failed else run.launch.first_failure
+def _stopped_at(run: RunRecords, sub: submissions.Submission) -> str:
+    """'CODE (file, line N)' where the root-cause rank stopped, for the
+    report's row of checks not reached; empty when that is not known."""
+    rank = None if run.all_finished else run.root_cause_rank
+    if rank is None or rank >= len(run.ranks):
+        return ""
+    records = run.ranks[rank]
+    frame = _error_frame(records)
+    if frame is None and records.outcome is not None and records.outcome.status == RankStatus.HUNG:
+        frame = _hung_frame(sub, records.outcome.stack)
+    if frame is None:
+        return ""
+    code = f"`{frame['code']}` " if frame.get("code") else ""
+    return f"{code}({sub.path.name}, {sub.where(frame['line'])}, in {frame['function']}, on rank {rank})"
 
 
 def _launch_error(run: RunRecords, sub: submissions.Submission, ranks: list[RankSummary]) -> tuple[str | None, str]:
@@ -193,7 +219,7 @@ def _launch_error(run: RunRecords, sub: submissions.Submission, ranks: list[Rank
             "the same training steps (a collective such as all_reduce or DDP's backward waits for all ranks).",
         )
     if result.first_failure is not None:
-        rank = _root_failure(run)
+        rank = run.root_cause_rank
         text = ranks[rank].error or "failed"
         own_hint = (run.ranks[rank].error or {}).get("hint")
         return f"Rank {rank} failed: {text}", (
@@ -213,7 +239,12 @@ def _details(run: RunRecords) -> dict:
             epochs = r.all("plain_sampler_epoch")
             length = epochs[0]["length"] if epochs else None
         partition.append(
-            {"rank": r.rank, "epochs": [e["indices"] for e in epochs[:PARTITION_EPOCHS]], "dataset_length": length}
+            {
+                "rank": r.rank,
+                "epochs": [e["indices"] for e in epochs[:PARTITION_EPOCHS]],
+                "epochs_recorded": len(epochs),
+                "dataset_length": length,
+            }
         )
     losses = [{"rank": r.rank, "losses": (r.first("training_end") or {}).get("losses", [])} for r in run.ranks]
     return {
@@ -261,4 +292,5 @@ def _report(run: RunRecords, sub: submissions.Submission, verdicts) -> Report:
         files_left=run.files_left,
         details=_details(run),
         probe_errors=_probe_errors(run),
+        stopped_at=_stopped_at(run, sub),
     )

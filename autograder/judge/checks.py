@@ -15,9 +15,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..launch import MAX_OWN_LAUNCHER_RANKS, RankStatus
 from ..wording import plural, ranks_text
 from .records import RankRecords, RunRecords
-from .verdict import FAILED, SKIPPED, Outcome, Verdict, failed, passed, skipped
+from .verdict import FAILED, SKIPPED, Outcome, Verdict, failed, not_reached, passed, skipped
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".tar", ".bin")
 SYNC_TOLERANCE = 1e-4  # relative spread of the parameter fingerprints
@@ -30,18 +31,28 @@ class Check:
     points: float
     change: str  # which of the five DDP changes it checks, as the notebooks' grade cells say
     judge: Callable[[RunRecords], Outcome]
-    # Graded checks get a grade cell. gpu_device does not: on a CPU grading
-    # machine it is always skipped (full points), so a cell would give every
-    # notebook a point, and the total would depend on the machine.
+    # Graded checks get a grade cell. gpu_device does not: the grading
+    # machines have no GPU, so a cell would check nothing there.
     graded: bool = True
+    # Why the check cannot apply to a run on this machine, or None when it can.
+    # A check that cannot apply counts 0 of 0 points: the score is out of
+    # what this machine can check.
+    cannot_apply: Callable[[RunRecords], str | None] | None = None
 
 
 CHECKS: list[Check] = []
 
 
-def check(check_id: str, title: str, points: float, change: str, graded: bool = True):
+def check(
+    check_id: str,
+    title: str,
+    points: float,
+    change: str,
+    graded: bool = True,
+    cannot_apply: Callable[[RunRecords], str | None] | None = None,
+):
     def register(judge):
-        CHECKS.append(Check(check_id, title, points, change, judge, graded))
+        CHECKS.append(Check(check_id, title, points, change, judge, graded, cannot_apply))
         return judge
 
     return register
@@ -57,14 +68,27 @@ def by_id(check_id: str) -> Check:
 def run_checks(run: RunRecords, check_ids) -> list[Verdict]:
     verdicts = []
     for item in (by_id(i) for i in check_ids):
+        reason = item.cannot_apply(run) if item.cannot_apply else None
+        if reason:
+            verdicts.append(Verdict(item.id, item.title, SKIPPED, 0.0, 0.0, reason))
+            continue
         outcome = _not_runnable(run) or item.judge(run)
         if outcome.status == SKIPPED and not run.all_finished:
             # Fail closed: "does not apply" is only known of a run that finished.
-            outcome = failed("Not checked: the run stopped early.", "Fix the error reported above, then check again.")
+            rank = _stopping_rank(run)
+            outcome = not_reached(f"Not checked: {run.why_not_reached(rank)}.", rank)
         earned = 0.0 if outcome.status == FAILED else item.points
         verdicts.append(
             Verdict(
-                item.id, item.title, outcome.status, earned, item.points, outcome.message, outcome.hint, outcome.rank
+                item.id,
+                item.title,
+                outcome.status,
+                earned,
+                item.points,
+                outcome.message,
+                outcome.hint,
+                outcome.rank,
+                outcome.reached,
             )
         )
     return verdicts
@@ -72,7 +96,7 @@ def run_checks(run: RunRecords, check_ids) -> list[Verdict]:
 
 def _not_runnable(run: RunRecords) -> Outcome | None:
     if run.problem is not None:
-        return failed("Not checked: the code could not run.", run.problem.hint)
+        return Outcome(FAILED, "Not checked: the code could not run.", run.problem.hint, reached=False)
     if not run.has_every_rank:
         return failed(
             f"Not checked: the run's records are incomplete (records of {len(run.ranks)} of {run.world_size} ranks).",
@@ -81,14 +105,18 @@ def _not_runnable(run: RunRecords) -> Outcome | None:
     return None
 
 
+def _stopping_rank(run: RunRecords) -> int:
+    """The rank that stopped the run, as the report's headline names it."""
+    rank = run.root_cause_rank
+    if rank is None:  # the launcher saw every rank finish, yet the records say otherwise
+        rank = next(r.rank for r in run.ranks if not r.finished)
+    return rank
+
+
 def _cannot_confirm(run: RunRecords, what: str) -> Outcome:
-    """Fail closed: a run that stopped early proves nothing."""
-    stuck = next(r for r in run.ranks if not r.finished)
-    return failed(
-        f"Could not confirm {what}: {run.why_not_reached(stuck.rank)}.",
-        "Fix the error reported above, then check again.",
-        stuck.rank,
-    )
+    """Fail closed: a run that stopped before the evidence proves nothing."""
+    rank = _stopping_rank(run)
+    return not_reached(f"Could not confirm {what}: {run.why_not_reached(rank)}.", rank)
 
 
 # --- (1) process group ------------------------------------------------------
@@ -100,8 +128,10 @@ def process_group(run: RunRecords) -> Outcome:
     for r in sorted(run.ranks, key=lambda r: r.first("init_refused") is None):
         calls = r.all("init_process_group")
         if not calls:
+            if not r.finished:
+                return _cannot_confirm(run, "that every rank created the process group")
             return failed(
-                f"Rank {r.rank} never called init_process_group ({run.why_not_reached(r.rank)}).",
+                f"Rank {r.rank} never called init_process_group.",
                 "Call dist.init_process_group(backend, rank=rank, world_size=world_size) at the start of main.",
                 r.rank,
             )
@@ -281,6 +311,13 @@ def set_epoch(run: RunRecords) -> Outcome:
     if len(epochs) < 2:
         return skipped("Training ran a single epoch.")
     seen = [e["epoch"] for e in epochs]
+    if len(seen) > 2 and seen[0] == seen[1] and seen[1:] == list(range(seen[1], seen[1] + len(seen) - 1)):
+        return failed(
+            "set_epoch is called after each epoch's batches instead of before them: the second epoch repeated "
+            "the first one's shuffle, and each later epoch used the number of the epoch before it.",
+            "Call sampler.set_epoch(epoch) at the start of the epoch, before the loop over the DataLoader.",
+            0,
+        )
     if len(set(seen)) < len(seen):
         return failed(
             f"The sampler shuffled the same way in every one of the {len(seen)} epochs (set_epoch was "
@@ -342,17 +379,20 @@ def weight_spread(run: RunRecords) -> list[tuple[int, float]]:
     return [(step, _spread([s[step] for s in by_step])) for step in common]
 
 
+def _last_weights(r: RankRecords) -> tuple[int, list[float]] | None:
+    """(steps, fingerprint) of the latest weights this rank recorded: at the
+    end of training, or, for a rank that was stopped, its last snapshot."""
+    end = r.first("training_end")
+    if end is not None and end["fingerprint"] is not None:
+        return end["steps"], end["fingerprint"]
+    snapshots = r.all("snapshot")
+    return (snapshots[-1]["step"], snapshots[-1]["fingerprint"]) if snapshots else None
+
+
 @check("weights_in_sync", "Weights equal on every rank", 2, "Change 3")
 def weights_in_sync(run: RunRecords) -> Outcome:
-    if not run.all_finished:
-        return _cannot_confirm(run, "that the weights stayed equal")
-    ends = [r.first("training_end") for r in run.ranks]
-    if any(e["fingerprint"] is None for e in ends):
-        return failed(
-            "No model was trained or wrapped in DDP, so there are no weights to compare.",
-            "Wrap the model in DDP and train it with an optimizer.",
-        )
-    for step, spread in weight_spread(run):
+    compared = weight_spread(run)
+    for step, spread in compared:
         if spread > SYNC_TOLERANCE:
             return failed(
                 f"After step {step} the ranks' weights differ (relative difference {spread:.1e}): each rank "
@@ -360,6 +400,19 @@ def weights_in_sync(run: RunRecords) -> Outcome:
                 "Wrap the model in DDP before training and call the wrapped model, so gradients are averaged "
                 "over the ranks.",
             )
+    if not run.all_finished:
+        if not compared:
+            return _cannot_confirm(run, "that the weights stayed equal")
+        return passed(
+            f"At all {plural(len(compared), 'step')} recorded before the run stopped (up to step "
+            f"{compared[-1][0]}), the weights were the same on all {run.world_size} ranks."
+        )
+    ends = [r.first("training_end") for r in run.ranks]
+    if any(e["fingerprint"] is None for e in ends):
+        return failed(
+            "No model was trained or wrapped in DDP, so there are no weights to compare.",
+            "Wrap the model in DDP and train it with an optimizer.",
+        )
     final = _spread([e["fingerprint"] for e in ends])
     if final > SYNC_TOLERANCE:
         return failed(
@@ -369,36 +422,49 @@ def weights_in_sync(run: RunRecords) -> Outcome:
     return passed(f"After {plural(ends[0]['steps'], 'step')} the weights are the same on all {run.world_size} ranks.")
 
 
+def _loss_trend(losses: list[float]) -> tuple[float, float, int] | None:
+    """The mean loss of the first and the last tenth of the steps, and that tenth's length."""
+    if len(losses) < 4:
+        return None
+    window = max(1, len(losses) // 10)
+    return sum(losses[:window]) / window, sum(losses[-window:]) / window, window
+
+
 @check("training", "The model trained", 1, "Changes 1 to 5")
 def training(run: RunRecords) -> Outcome:
-    if not run.all_finished:
-        return _cannot_confirm(run, "that the model trained")
     for r in run.ranks:
-        end, first = r.first("training_end"), r.first("first_step")
-        if not end["steps"] or first is None:
+        first, last = r.first("first_step"), _last_weights(r)
+        if first is None or last is None or not last[0]:
+            if not r.finished:
+                return _cannot_confirm(run, "that the model trained")
             return failed(
                 f"Rank {r.rank} never called optimizer.step(), so the weights never changed.",
                 "In each batch: optimizer.zero_grad(), loss.backward(), optimizer.step().",
                 r.rank,
             )
-        if _spread([first["fingerprint"], end["fingerprint"]]) < 1e-7:
+        if _spread([first["fingerprint"], last[1]]) < 1e-7:
             return failed(
-                f"Rank {r.rank} took {end['steps']} optimizer steps but its weights did not change.",
+                f"Rank {r.rank} took {last[0]} optimizer steps but its weights did not change.",
                 "Check that loss.backward() runs before optimizer.step() and the learning rate is not zero.",
                 r.rank,
             )
-    losses = [value for _, value in run.ranks[0].first("training_end")["losses"]]
-    if len(losses) >= 4:
-        window = max(1, len(losses) // 10)
-        start, end = sum(losses[:window]) / window, sum(losses[-window:]) / window
-        if not end < start:
-            return failed(
-                f"The loss did not fall: it went from about {start:.3g} to {end:.3g}.",
-                "Check the learning rate and that the optimizer updates the model you call.",
-                0,
-            )
-        return passed(f"The loss fell from about {start:.3g} to {end:.3g} over {len(losses)} steps.")
-    return passed("The optimizer updated the weights.")
+    end = run.ranks[0].first("training_end")
+    losses = [value for _, value in end["losses"]] if end else []
+    trend = _loss_trend(losses)
+    so_far = "" if run.all_finished else " before the run stopped"
+    if trend is None:
+        return passed(f"The optimizer updated the weights{so_far}.")
+    start, final, window = trend
+    # The figures the loss chart draws first and last, with the means the judgement compares.
+    over = f"rank 0's loss went from {losses[0]:.3g} at the first step to {losses[-1]:.3g} at step {len(losses)}"
+    means = f"(means of the first and last {plural(window, 'step')}: {start:.3g} and {final:.3g})"
+    if not final < start:
+        return failed(
+            f"The loss did not fall: {over}{so_far} {means}.",
+            "Check the learning rate and that the optimizer updates the model you call.",
+            0,
+        )
+    return passed(f"The loss fell: {over}{so_far} {means}.")
 
 
 # --- (4) rank 0 writes ----------------------------------------------------------
@@ -476,10 +542,20 @@ def checkpoint_loadable(run: RunRecords) -> Outcome:
     )
 
 
-def _printed_lines(r: RankRecords) -> int:
-    """Lines the rank's Python code printed (warnings from C++ or on stderr don't count)."""
-    done = r.first("rank_done")
-    return done["printed_lines"] if done else 0
+STREAM_WORDS = {"stdout": "printed", "stderr": "wrote to stderr (with logging, a warning or a progress bar)"}
+
+
+def _repeated_log_line(r: RankRecords) -> tuple[str, int, str, str] | None:
+    """(stream, times, template, first line) of the line this rank wrote most
+    often, when it wrote one more than once: a training log repeats a line
+    (its numbers aside) every step or epoch; a word such as "Done!" does not."""
+    done = r.first("rank_done") or {}
+    found = []
+    for stream, tallies in (done.get("output") or {}).items():
+        for entry in tallies if isinstance(tallies, list) else []:
+            if isinstance(entry, list) and len(entry) == 3 and isinstance(entry[1], int) and entry[1] >= 2:
+                found.append((stream, entry[1], str(entry[0]), str(entry[2])))
+    return max(found, key=lambda f: f[1], default=None)
 
 
 @check("rank0_logs", "Only rank 0 writes logs", 1, "Change 4")
@@ -494,18 +570,18 @@ def rank0_logs(run: RunRecords) -> Outcome:
                 "Write log files from rank 0 only: `if rank == 0:`.",
                 r.rank,
             )
-    # Other ranks may say a word ("done"); printing about as much as rank 0
-    # means the whole training log is repeated by every rank.
-    lead = _printed_lines(run.ranks[0])
     for r in run.ranks[1:]:
-        if lead >= 3 and _printed_lines(r) >= lead / 2:
+        repeated = _repeated_log_line(r)
+        if repeated:
+            stream, times, template, example = repeated
             return failed(
-                f"Rank {r.rank} printed {_printed_lines(r)} lines, about as many as rank 0's {lead}: "
-                f"the training log appears {run.world_size} times.",
-                "Print progress only on rank 0: `if rank == 0: print(...)`.",
+                f'Rank {r.rank} {STREAM_WORDS.get(stream, "wrote")} the line "{example}" {times} times, each time '
+                f'with other numbers ("{template}"): the training log is repeated by every rank.',
+                "Put each progress print or log call under `if rank == 0:`, including the ones in the "
+                "functions that main calls, such as the training loop.",
                 r.rank,
             )
-    return passed("Logs came from rank 0 only.")
+    return passed("Logs came from rank 0 only; the other ranks wrote no line more than once.")
 
 
 # --- (5) clean up -----------------------------------------------------------------
@@ -528,13 +604,76 @@ def cleanup(run: RunRecords) -> Outcome:
     return passed("Every rank destroyed its process group before returning.")
 
 
+# --- the launcher: `python FILE` ---------------------------------------------------
+
+LAUNCHER_HINT = (
+    'At the bottom of the file: if __name__ == "__main__": world_size = ...; '
+    "mp.spawn(main, args=(world_size,), nprocs=world_size)."
+)
+
+
+@check("launcher", "Your launcher starts the ranks", 1, "The launcher")
+def launcher(run: RunRecords) -> Outcome:
+    # The launcher is run once the graded ranks have finished: it repeats their work.
+    if not run.all_finished:
+        return _cannot_confirm(run, "that your launcher starts the ranks")
+    own = run.own_launcher
+    if own is None:
+        return failed("Your launcher was not run.", "This is a problem of the grading machine; tell your instructor.")
+    calls, done, joined = own.all("spawn_called"), own.first("launcher_done"), own.first("spawn_joined")
+    status = own.outcome.status if own.outcome else None
+    if not calls:
+        if done is not None and done["failed"]:
+            return failed(
+                f"When your file was run as a program, it failed before it started any rank: {done['error']}",
+                "Fix that error; it happens outside main, in the code that runs when the file is run.",
+            )
+        return failed(
+            "When your file was run as a program, it started no ranks: it never called mp.spawn or start_processes.",
+            LAUNCHER_HINT,
+        )
+    asked = calls[0]
+    if own.first("spawn_refused") is not None or asked["nprocs"] in (0, "0"):
+        if asked["gpus"] == 0 and asked["nprocs"] in (0, "0"):
+            return failed(
+                "Your launcher asked for 0 processes: torch.cuda.device_count() is 0 on a machine without a GPU, "
+                "so nothing ran.",
+                "Fall back to CPU processes when there is no GPU: world_size = torch.cuda.device_count() or 2.",
+            )
+        return failed(
+            f"Your launcher asked for nprocs={asked['nprocs']} processes, which the grader cannot start.",
+            f"Start 1 to {MAX_OWN_LAUNCHER_RANKS} processes: nprocs=world_size with a world_size of 1 or more.",
+        )
+    if status == RankStatus.HUNG:
+        return failed(
+            f"The {plural(asked['nprocs'], 'rank')} your launcher started did not finish in time.",
+            "Run the file yourself: `python FILE` must end once training has.",
+        )
+    if joined is None or joined["error"]:
+        why = joined["error"].strip().splitlines()[-1] if joined and joined["error"].strip() else "it did not end"
+        return failed(
+            f"Not every rank your launcher started finished: {why}",
+            "Run the file yourself (`python FILE`) and fix the first error it shows.",
+        )
+    if status != RankStatus.FINISHED or done is None or done["failed"]:
+        error = done["error"] if done else "it was stopped"
+        return failed(
+            f"Your ranks finished, but the program then failed: {error}", "Let the program end after mp.spawn returns."
+        )
+    return passed(f"Run as a program, your file started {plural(asked['nprocs'], 'rank')} and all finished.")
+
+
 # --- GPU runs -----------------------------------------------------------------------
 
 
-@check("gpu_device", "Each rank on its own GPU", 1, "Change 1", graded=False)
+def _no_gpus(run: RunRecords) -> str | None:
+    if run.backend == "nccl":
+        return None
+    return "Not counted on this machine: the run is on the CPU, with no GPUs to place ranks on."
+
+
+@check("gpu_device", "Each rank on its own GPU", 1, "Change 1", graded=False, cannot_apply=_no_gpus)
 def gpu_device(run: RunRecords) -> Outcome:
-    if run.backend != "nccl":
-        return skipped("CPU run: there are no GPUs to place ranks on.")
     for r in run.ranks:
         init = r.first("init_process_group")
         if init is None:

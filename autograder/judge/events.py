@@ -43,10 +43,16 @@ EVENTS: dict[str, dict[str, Any]] = {
     "torch_save": {"path": None},
     "checkpoint_load": {"path": None, "ok": False, "problem": None, "error": "", "model": ""},
     "file_written": {"path": ""},
+    # the student's own launcher, run as `python FILE` (rank/own_launcher.py)
+    "spawn_called": {"nprocs": None, "start_method": "", "gpus": 0},
+    "spawn_refused": {"nprocs": None},
+    "spawn_joined": {"error": ""},  # the ranks it started: "" when all finished
+    "launcher_done": {"failed": True, "error": ""},
     # the rank itself (rank/runner.py, probes/state.py)
     "error": {"type": "", "from_grader": False, "message": "", "hint": "", "frames": ()},
     "probe_error": {"where": "", "error": ""},
-    "rank_done": {"failed": True, "printed_lines": 0},
+    # output: {"stdout"|"stderr": [[line template, times written, first such line], ...]} (rank/output.py)
+    "rank_done": {"failed": True, "output": {}},
 }
 
 

@@ -1,8 +1,29 @@
-"""Hints for errors students commonly meet, matched on the error text."""
+"""Hints for errors students commonly meet, matched on the error text (which
+ends with the student's line of code): the first row whose every piece is
+in the text gives the hint."""
 
 from __future__ import annotations
 
-HINTS = (
+NO_GPU = "This run has no GPU. Choose the device with torch.cuda.is_available() and fall back to the CPU."
+ENVIRONMENT_RANK = (
+    "Use the rank and world_size that main receives: RANK is set by torchrun, not by mp.spawn, which passes "
+    "each process its rank as main's first argument."
+)
+
+HINTS: tuple[tuple[str | tuple[str, ...], str], ...] = (
+    (("KeyError: 'RANK'",), ENVIRONMENT_RANK),
+    (("KeyError: 'LOCAL_RANK'",), ENVIRONMENT_RANK),
+    (("KeyError: 'WORLD_SIZE'",), ENVIRONMENT_RANK),
+    (
+        ("'function' object has no attribute 'state_dict'",),
+        "A function has no state_dict: is it model.modules? That is a method of every nn.Module (it lists its "
+        "submodules). The model inside DDP is model.module, without the s: model.module.state_dict().",
+    ),
+    (
+        ("Default process group has not been initialized", "DistributedSampler"),
+        "DistributedSampler(dataset) without num_replicas and rank asks the process group for them, and there "
+        "is none yet: create the process group first, or pass num_replicas=world_size, rank=rank.",
+    ),
     (
         "NotImplementedError",
         "This part still raises NotImplementedError: replace `raise NotImplementedError()` with your code.",
@@ -20,22 +41,10 @@ HINTS = (
         "device_ids and output_device arguments only work with",
         "On the CPU, wrap the model without device_ids: DDP(model). Pass device_ids=[rank] only for a model on a GPU.",
     ),
-    (
-        "Torch not compiled with CUDA",
-        "This run has no GPU. Choose the device with torch.cuda.is_available() and fall back to the CPU.",
-    ),
-    (
-        "No CUDA GPUs are available",
-        "This run has no GPU. Choose the device with torch.cuda.is_available() and fall back to the CPU.",
-    ),
-    (
-        "Found no NVIDIA driver",
-        "This run has no GPU. Choose the device with torch.cuda.is_available() and fall back to the CPU.",
-    ),
-    (
-        "CUDA driver initialization failed",
-        "This run has no GPU. Choose the device with torch.cuda.is_available() and fall back to the CPU.",
-    ),
+    ("Torch not compiled with CUDA", NO_GPU),
+    ("No CUDA GPUs are available", NO_GPU),
+    ("Found no NVIDIA driver", NO_GPU),
+    ("CUDA driver initialization failed", NO_GPU),
     (
         "Expected to have finished reduction in the prior iteration",
         "Some parameters got no gradient: every parameter of the DDP model must take part in the loss.",
@@ -47,6 +56,7 @@ HINTS = (
 
 def hint_for(error_text: str) -> str:
     for pattern, hint in HINTS:
-        if pattern in error_text:
+        pieces = (pattern,) if isinstance(pattern, str) else pattern
+        if all(piece in error_text for piece in pieces):
             return hint
     return ""

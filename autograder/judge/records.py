@@ -59,6 +59,9 @@ class RunRecords:
     launch: LaunchResult | None
     files_left: list[str] = field(default_factory=list)
     problem: StudentProblem | None = None  # the code could not run at all
+    # The run of the student's own launcher (`python FILE`), after the graded
+    # ranks finished; None when it was not run.
+    own_launcher: RankRecords | None = None
 
     @property
     def all_finished(self) -> bool:
@@ -67,6 +70,30 @@ class RunRecords:
     @property
     def has_every_rank(self) -> bool:
         return [r.rank for r in self.ranks] == list(range(self.world_size))
+
+    @property
+    def root_cause_rank(self) -> int | None:
+        """The rank whose failure stopped the run: the one that failed first.
+        Its error is the cause; the others often fail a moment later only
+        because it is gone ("Connection closed by peer"). For a run that hung,
+        the first rank still waiting. None when nothing stopped the run."""
+        if self.launch is None:
+            return None
+
+        def failed_at(records: RankRecords) -> float:
+            times = [records.error["time"]] if records.error else []
+            if records.outcome.exited_at is not None:
+                times.append(records.outcome.exited_at)
+            return min(times, default=float("inf"))
+
+        failed = [r for r in self.ranks if r.outcome and r.outcome.status == RankStatus.FAILED]
+        if failed:
+            return min(failed, key=failed_at).rank
+        if self.launch.first_failure is not None:
+            return self.launch.first_failure
+        if self.launch.hung:
+            return self.launch.hung[0]
+        return next((r.rank for r in self.ranks if not r.finished), None)
 
     def why_not_reached(self, rank: int) -> str:
         """Why a rank has no record of something: for messages."""
@@ -97,17 +124,44 @@ class RunRecords:
             "launch": launch,
             "files_left": self.files_left,
             "problem": asdict(self.problem) if self.problem else None,
+            "own_launcher": _own_launcher_dict(self.own_launcher),
         }
 
     @classmethod
     def from_dict(cls, data: dict) -> RunRecords:
         launch = None
         if data["launch"] is not None:
-            outcomes = [RankOutcome(**(o | {"status": RankStatus(o["status"])})) for o in data["launch"]["ranks"]]
+            outcomes = [_rebuilt_outcome(o) for o in data["launch"]["ranks"]]
             launch = LaunchResult(**(data["launch"] | {"ranks": outcomes}))
         ranks = [RankRecords(r["rank"], _parsed(r["events"]), _outcome(launch, r["rank"])) for r in data["ranks"]]
         problem = StudentProblem(**data["problem"]) if data["problem"] else None
-        return cls(data["exercise"], data["world_size"], data["backend"], ranks, launch, data["files_left"], problem)
+        own = data.get("own_launcher")
+        own_launcher = None
+        if own is not None:
+            outcome = own["outcome"] and RankOutcome(
+                **(own["outcome"] | {"status": RankStatus(own["outcome"]["status"])})
+            )
+            own_launcher = RankRecords(0, _parsed(own["events"]), outcome)
+        return cls(
+            data["exercise"],
+            data["world_size"],
+            data["backend"],
+            ranks,
+            launch,
+            data["files_left"],
+            problem,
+            own_launcher,
+        )
+
+
+def _rebuilt_outcome(data: dict) -> RankOutcome:
+    return RankOutcome(**(data | {"status": RankStatus(data["status"])}))
+
+
+def _own_launcher_dict(records: RankRecords | None) -> dict | None:
+    if records is None:
+        return None
+    return {"events": records.events, "outcome": asdict(records.outcome) if records.outcome else None}
 
 
 def _parsed(raw_events) -> list[dict]:
@@ -132,6 +186,11 @@ def read_events(path: Path) -> list[dict]:
         except ValueError:  # the last line of a killed rank may be cut short
             pass
     return _parsed(raw)
+
+
+def collect_own_launcher(launch: LaunchResult) -> RankRecords:
+    events = read_events(launch.record_paths[0]) if launch.record_paths else []
+    return RankRecords(0, events, launch.ranks[0] if launch.ranks else None)
 
 
 def collect(exercise: str, world_size: int, backend: str, launch: LaunchResult, files_left) -> RunRecords:

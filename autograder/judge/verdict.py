@@ -17,6 +17,7 @@ class Outcome:
     message: str
     hint: str = ""
     rank: int | None = None
+    reached: bool = True  # False: failed only because the run stopped before its evidence
 
 
 def passed(message: str) -> Outcome:
@@ -32,6 +33,14 @@ def skipped(reason: str) -> Outcome:
     return Outcome(SKIPPED, reason)
 
 
+NOT_REACHED_HINT = "Fix the error reported above, then check again."
+
+
+def not_reached(message: str, rank: int | None = None) -> Outcome:
+    """Fail closed: the run stopped before this check's evidence was recorded."""
+    return Outcome(FAILED, message, NOT_REACHED_HINT, rank, reached=False)
+
+
 @dataclass(frozen=True)
 class Verdict:
     id: str
@@ -42,10 +51,16 @@ class Verdict:
     message: str
     hint: str = ""
     rank: int | None = None
+    reached: bool = True  # False: failed only because the run stopped first
 
     @property
     def passed(self) -> bool:
         return self.status != FAILED
+
+    @property
+    def counted(self) -> bool:
+        """False for a check that cannot apply on this machine (0 of 0 points)."""
+        return self.max_points > 0
 
 
 @dataclass
@@ -76,6 +91,9 @@ class Report:
     # Where the grader could not observe something (a probe failed): a grader
     # problem to tell the instructor about, never the student's fault.
     probe_errors: list[str] = field(default_factory=list)
+    # Where the root-cause rank stopped, "LINE (file, line N)", for the row
+    # that gathers the checks the run did not reach. Empty for a run that finished.
+    stopped_at: str = ""
 
     @property
     def score(self) -> float:
@@ -91,6 +109,18 @@ class Report:
 
     def check(self, check_id: str) -> Verdict:
         return next(v for v in self.checks if v.id == check_id)
+
+    @property
+    def not_reached(self) -> list[Verdict]:
+        return [v for v in self.checks if not v.reached]
+
+    def not_reached_summary(self) -> str:
+        """One sentence for all the checks the run did not reach: the
+        reports show it in one row instead of one row per check."""
+        titles = ", ".join(v.title for v in self.not_reached)
+        if self.stopped_at:
+            return f"Not reached: the run stopped at {self.stopped_at}. Not checked: {titles}."
+        return f"Not reached: the run stopped before their evidence was recorded (see above). Not checked: {titles}."
 
     def __repr__(self) -> str:
         # Short: the notebook saves this text beside the HTML.

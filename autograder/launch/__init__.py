@@ -20,6 +20,7 @@ from typing import ClassVar
 
 DEFAULT_WORLD_SIZE = 2
 DEFAULT_TIMEOUT_S = 120.0
+MAX_OWN_LAUNCHER_RANKS = 8  # the most ranks a student's own launcher may start while graded
 
 
 class RankStatus(StrEnum):

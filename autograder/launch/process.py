@@ -9,7 +9,6 @@ the shape that torchrun- and Slurm-started ranks take.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,19 +16,7 @@ from pathlib import Path
 from ..rank.spec import RankSpec
 from . import Job, Launcher, LaunchResult
 from .capture import CappedOutput
-from .supervise import StartedRank, start_error, stop_all, supervise
-
-
-def _start(spec_path: Path, rank: int, output_path: str) -> StartedRank:
-    # The rank sends its own output to the pipe; this catches what Python says before it can.
-    with open(output_path, "wb") as output:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "autograder.rank", str(spec_path), "--rank", str(rank)],
-            stdin=subprocess.DEVNULL,
-            stdout=output,
-            stderr=output,
-        )
-    return StartedRank(process.pid, os.pidfd_open(process.pid), process.wait)
+from .supervise import StartedRank, start_command, start_error, stop_all, supervise
 
 
 class ProcessLauncher(Launcher):
@@ -47,7 +34,8 @@ class ProcessLauncher(Launcher):
         try:
             try:
                 for rank in range(job.world_size):
-                    ranks.append(_start(spec_path, rank, spec.output_paths[rank]))
+                    argv = [sys.executable, "-m", "autograder.rank", str(spec_path), "--rank", str(rank)]
+                    ranks.append(start_command(argv, spec.output_paths[rank]))
             except Exception as error:  # e.g. out of memory or processes
                 stop_all(ranks, captures)
                 return start_error(started_at, error)

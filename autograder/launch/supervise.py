@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing.connection
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,14 @@ class StartedRank:
     sentinel: int  # readable once the process has exited
     wait: Callable[[], int]  # reaps it; its exit code, negative for a signal
     exit_code: int | None = None
+
+
+def start_command(argv: list[str], output_path: str) -> StartedRank:
+    """A rank (or the student's launcher) as a command of its own. It sends
+    its output to the capture itself; this catches what Python says before it can."""
+    with open(output_path, "wb") as output:
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=output, stderr=output)
+    return StartedRank(process.pid, os.pidfd_open(process.pid), process.wait)
 
 
 def stop_all(ranks: list[StartedRank], captures: list[CappedOutput]) -> None:

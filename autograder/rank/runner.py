@@ -6,17 +6,32 @@ from __future__ import annotations
 import faulthandler
 import importlib.util
 import inspect
-import io
 import os
 import sys
 import traceback
 
 from .._process import die_with_parent
 from . import probes
+from .output import TalliedStream
 from .probes.state import RankState, StudentError
 from .spec import STACK_SIGNAL, RankSpec
 
 MODULE_NAME = "submission"
+
+# What torchrun (and Slurm's torch wrappers) tell a rank through its
+# environment. mp.spawn tells it nothing: the rank is main's first argument.
+# A rank must see what the student's launcher gives, so a submission that
+# reads os.environ["RANK"] fails here as it would under its own mp.spawn.
+TORCHRUN_VARIABLES = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "TORCHELASTIC_RUN_ID",
+)
 
 
 def _isolate(spec: RankSpec) -> None:
@@ -31,26 +46,14 @@ def _isolate(spec: RankSpec) -> None:
             pass
 
 
-class _CountingStdout(io.TextIOWrapper):
-    """sys.stdout that counts the lines the student's code prints (the log),
-    as opposed to warnings on stderr or from C++."""
-
-    lines = 0
-
-    def write(self, text: str) -> int:
-        self.lines += text.count("\n")
-        return super().write(text)
-
-
-def _redirect_output(path: str) -> _CountingStdout:
+def redirect_output(path: str) -> tuple[TalliedStream, TalliedStream]:
     """Both fds 1 and 2 go to the grader's pipe: C++ warnings too."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)  # the launcher's pipe, or a plain file
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    sys.stdout = _CountingStdout(io.FileIO(1, "w", closefd=False), line_buffering=True, errors="replace")
-    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True, errors="replace")
-    return sys.stdout
+    sys.stdout, sys.stderr = TalliedStream(1), TalliedStream(2)
+    return sys.stdout, sys.stderr
 
 
 def _share_cores(world_size: int) -> None:
@@ -120,11 +123,12 @@ def run_rank(rank: int, spec: RankSpec) -> None:
     _isolate(spec)
     _share_cores(spec.world_size)
     _fresh_numpy_seed()
-    stdout = _redirect_output(spec.output_paths[rank])
+    stdout, stderr = redirect_output(spec.output_paths[rank])
     stack_file = open(spec.stack_paths[rank], "w")
     faulthandler.enable(stack_file)  # a segfault still leaves a stack
     faulthandler.register(STACK_SIGNAL, stack_file, all_threads=False)
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(spec.world_size))
+    for name in TORCHRUN_VARIABLES:
+        os.environ.pop(name, None)
     if spec.hide_gpus:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     os.chdir(spec.workdir)
@@ -155,7 +159,9 @@ def run_rank(rank: int, spec: RankSpec) -> None:
         _record_error(state, error, spec)
     finally:
         probes.finish(state)
-        state.record("rank_done", failed=failed, printed_lines=stdout.lines)
+        state.record(
+            "rank_done", failed=failed, output={"stdout": stdout.tally.summary(), "stderr": stderr.tally.summary()}
+        )
         state.close()
         sys.stdout.flush()
         sys.stderr.flush()

@@ -129,14 +129,30 @@ def _check_row(verdict: Verdict) -> str:
             cell += _box("hint", f"<b>Hint:</b> {_e(verdict.hint)}")
     elif verdict.message:
         cell += f'<div style="opacity: 0.75; font-size: 0.92em">{_e(verdict.message)}</div>'
+    score = f"{points(verdict.points)} / {points(verdict.max_points)}" if verdict.counted else "not counted"
+    return _row(verdict.id, verdict.status, _badge(label, colour), cell, score)
+
+
+def _row(check_id: str, status: str, badge: str, cell: str, score: str) -> str:
     cell_style = f"padding: 6px 8px; border-top: 1px solid {BORDER}; vertical-align: top; text-align: left"
     return (
-        f'<tr data-check="{_e(verdict.id)}" data-status="{_e(verdict.status)}">'
-        f'<td style="{cell_style}; width: 4.5em">{_badge(label, colour)}</td>'
+        f'<tr data-check="{_e(check_id)}" data-status="{_e(status)}">'
+        f'<td style="{cell_style}; width: 4.5em">{badge}</td>'
         f'<td style="{cell_style}">{cell}</td>'
-        f'<td style="{cell_style}; text-align: right; white-space: nowrap; {MONO}">'
-        f"{points(verdict.points)} / {points(verdict.max_points)}</td></tr>"
+        f'<td style="{cell_style}; text-align: right; white-space: nowrap; {MONO}">{_e(score)}</td></tr>'
     )
+
+
+def _not_reached_row(report: Report) -> str:
+    """The checks the run stopped before, in one row: the cause is the error above, not eleven things."""
+    missed = report.not_reached
+    if not missed:
+        return ""
+    cell = f'<div style="font-weight: 600">{_e(plural(len(missed), "check"))} not reached</div>'
+    cell += f'<div style="margin-top: 2px">{_e(report.not_reached_summary())}</div>'
+    cell += _box("hint", f"<b>Hint:</b> {_e(missed[0].hint)}")
+    lost = points(sum(v.max_points for v in missed))
+    return _row("not_reached", FAILED, _badge(*BADGES[FAILED]), cell, f"0 / {lost}")
 
 
 def _checks(report: Report) -> str:
@@ -150,7 +166,8 @@ def _checks(report: Report) -> str:
         f'margin: 0; font-size: 1em">'
         f'<thead><tr><th style="{head}">Result</th><th style="{head}">Check</th>'
         f'<th style="{head}; text-align: right">Points</th></tr></thead><tbody>'
-        + "".join(_check_row(v) for v in report.checks)
+        + "".join(_check_row(v) for v in report.checks if v.reached)
+        + _not_reached_row(report)
         + "</tbody></table>"
     )
 

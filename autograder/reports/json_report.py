@@ -11,7 +11,8 @@ from ..judge.events import CheckStatus
 from ..judge.verdict import RankSummary, Report, Verdict
 from ..launch import RankStatus
 
-SCHEMA_VERSION = 1
+# 2: checks carry `reached`; a check that cannot apply on the machine counts 0 of 0; `stopped_at`.
+SCHEMA_VERSION = 2
 OUTPUT_CHARS = 20_000  # per rank, in the JSON
 
 
@@ -28,6 +29,7 @@ def to_dict(report: Report) -> dict:
         "duration_s": round(report.duration_s, 3),
         "error": report.error,
         "error_hint": report.error_hint or None,
+        "stopped_at": report.stopped_at or None,
         "ranks": [
             {
                 "rank": r.rank,
@@ -52,6 +54,7 @@ def to_dict(report: Report) -> dict:
                 "message": v.message,
                 "hint": v.hint or None,
                 "rank": v.rank,
+                "reached": v.reached,
             }
             for v in report.checks
         ],
@@ -72,7 +75,14 @@ def from_dict(data: dict) -> Report:
         _rebuild(RankSummary, r, status=RankStatus(r["status"]), stack=r.get("stack") or "") for r in data["ranks"]
     ]
     checks = [_rebuild(Verdict, c, status=CheckStatus(c["status"]), hint=c["hint"] or "") for c in data["checks"]]
-    return _rebuild(Report, data, ranks=ranks, checks=checks, error_hint=data.get("error_hint") or "")
+    return _rebuild(
+        Report,
+        data,
+        ranks=ranks,
+        checks=checks,
+        error_hint=data.get("error_hint") or "",
+        stopped_at=data.get("stopped_at") or "",
+    )
 
 
 def write(report: Report, path: str | os.PathLike) -> None:

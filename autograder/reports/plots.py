@@ -28,6 +28,10 @@ from ..wording import ranks_text
 
 DPI = 90
 ORDER_SAMPLES = 20  # first indices of each epoch in the order panel
+ORDER_CAPTION = (
+    "Right, rank {rank}'s order: the first {samples} samples it read in each epoch, one square each, "
+    "coloured by the sample's index. Rows that look alike mean the epochs read the data in the same order."
+)
 OVERLAP_COLOUR = "#d62728"
 UNREAD_COLOUR = "#e0e0e0"
 RANK_COLOURS = ("#1f77b4", "#e6b400", "#2ca02c", "#9467bd", "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22")
@@ -185,7 +189,11 @@ def partition_picture(partition: list[dict] | None) -> Picture:
         if stats.missing
         else ""
     )
-    return Picture("partition", title, _partition_png(stats), _partition_findings(stats), note)
+    recorded = min(p.get("epochs_recorded", stats.epochs) for p in partition if p.get("epochs"))
+    if recorded > stats.epochs:
+        title += f" (epochs 1\u2013{stats.epochs} of {recorded})"
+    findings = [*_partition_findings(stats), ORDER_CAPTION.format(rank=stats.ranks[0], samples=len(stats.order[0]))]
+    return Picture("partition", title, _partition_png(stats), findings if stats.order else findings[:-1], note)
 
 
 def _partition_png(stats: PartitionStats) -> bytes:

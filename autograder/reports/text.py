@@ -7,11 +7,21 @@ from rich.console import Console
 from rich.padding import Padding
 from rich.text import Text
 
-from ..judge.verdict import FAILED, PASSED, SKIPPED, Report
+from ..judge.verdict import FAILED, PASSED, SKIPPED, Report, Verdict
 from ..wording import plural, points
 
 MARKS = {PASSED: ("PASS", "green"), FAILED: ("FAIL", "bold red"), SKIPPED: ("SKIP", "yellow")}
 OUTPUT_LINES = 15
+
+
+def _check_line(console: Console, verdict: Verdict, width: int) -> None:
+    mark, style = MARKS[verdict.status]
+    score = f"{points(verdict.points)}/{points(verdict.max_points)}" if verdict.counted else "not counted"
+    console.print(Text.assemble((f"{mark}  ", style), verdict.title.ljust(width + 2), (score, "dim")))
+    if verdict.status == FAILED:
+        console.print(Padding(Text(verdict.message), (0, 0, 0, 6)))
+        if verdict.hint:
+            console.print(Padding(Text.assemble(("Hint: ", "bold cyan"), verdict.hint), (0, 0, 0, 6)))
 
 
 def render(report: Report, console: Console, show_output: bool = False) -> None:
@@ -29,17 +39,20 @@ def render(report: Report, console: Console, show_output: bool = False) -> None:
     console.print()
     width = max(len(v.title) for v in report.checks)
     for verdict in report.checks:
-        mark, style = MARKS[verdict.status]
-        line = Text.assemble(
-            (f"{mark}  ", style),
-            verdict.title.ljust(width + 2),
-            (f"{points(verdict.points)}/{points(verdict.max_points)}", "dim"),
+        if verdict.reached:
+            _check_line(console, verdict, width)
+    missed = report.not_reached
+    if missed:
+        lost = sum(v.max_points for v in missed)
+        console.print(
+            Text.assemble(
+                ("FAIL  ", MARKS[FAILED][1]),
+                f"{plural(len(missed), 'check')} not reached".ljust(width + 2),
+                (f"0/{points(lost)}", "dim"),
+            )
         )
-        console.print(line)
-        if verdict.status == FAILED:
-            console.print(Padding(Text(verdict.message), (0, 0, 0, 6)))
-            if verdict.hint:
-                console.print(Padding(Text.assemble(("Hint: ", "bold cyan"), verdict.hint), (0, 0, 0, 6)))
+        console.print(Padding(Text(report.not_reached_summary()), (0, 0, 0, 6)))
+        console.print(Padding(Text.assemble(("Hint: ", "bold cyan"), missed[0].hint), (0, 0, 0, 6)))
     for note in report.probe_errors:
         console.print(Text.assemble(("\nGrader problem: ", "bold yellow"), note))
     console.print(

@@ -1,0 +1,37 @@
+"""Run the student's own launcher: the submission as `python FILE`, whose
+`if __name__ == "__main__":` block starts the ranks itself
+(autograder/rank/own_launcher.py), under the same deadline and clean-up as
+the graded ranks."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from ..rank.spec import RankSpec
+from . import Job, LaunchResult
+from .capture import CappedOutput
+from .supervise import start_command, start_error, stop_all, supervise
+
+
+def launch_own(job: Job, private_dir: Path) -> LaunchResult:
+    """One process, the launcher, with the ranks it starts in its process group."""
+    private_dir.mkdir()
+    capture = CappedOutput(str(private_dir / "launcher.out"))
+    spec = RankSpec.for_run(replace(job, world_size=1), private_dir, [capture.path])
+    spec_path = private_dir / "spec.json"
+    spec_path.write_text(spec.to_json())
+    capture.start()
+    started_at = time.monotonic()
+    try:
+        started = start_command([sys.executable, "-m", "autograder.rank.own_launcher", str(spec_path)], capture.path)
+    except Exception as error:  # e.g. out of memory or processes
+        stop_all([], [capture])
+        return start_error(started_at, error)
+    try:
+        return supervise([started], [capture], spec, started_at, job.timeout_s)
+    finally:
+        os.close(started.sentinel)

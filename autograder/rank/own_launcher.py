@@ -1,0 +1,148 @@
+"""The student's own launcher: run the submission as `python FILE` would, so
+that its `if __name__ == "__main__":` block starts the ranks itself.
+
+    python -m autograder.rank.own_launcher SPEC
+
+The probe here records the call to torch.multiprocessing's spawn or
+start_processes (how many ranks it asked for) and whether the ranks it
+started all finished. The ranks are started by the student's call, with the
+student's start method; each one joins a process group on the grader's
+rendezvous (as graded ranks do), whatever port the student chose, so many
+gradings can share a machine.
+
+A spawned rank imports the file again as `__mp_main__`. Before it does, the
+sitecustomize in spawned_hook/ (on the ranks' PYTHONPATH) installs the spawn
+guard: in a notebook a cell that launches the job is normal, and must not
+launch it again inside each rank.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import runpy
+import sys
+
+from .._process import die_with_parent
+from ..launch import MAX_OWN_LAUNCHER_RANKS
+from .probes import process_group, spawn_guard
+from .probes.state import RankState, StudentError
+from .runner import TORCHRUN_VARIABLES, redirect_output
+from .spec import STACK_SIGNAL, RankSpec
+
+SPEC_VARIABLE = "DDP_GRADER_OWN_LAUNCHER"  # the spec's path, for the ranks the student's launcher starts
+HOOK_DIR = os.path.join(os.path.dirname(__file__), "spawned_hook")
+
+
+def _state(spec: RankSpec, rank: int, world_size: int, record_path: str) -> RankState:
+    return RankState(
+        rank=rank,
+        world_size=world_size,
+        backend=spec.backend,
+        store_path=spec.store_path,
+        workdir=spec.workdir,
+        record_path=record_path,
+        is_notebook=spec.is_notebook,
+    )
+
+
+def _spec_from_environment() -> RankSpec:
+    with open(os.environ[SPEC_VARIABLE]) as f:
+        return RankSpec.from_json(f.read())
+
+
+def guard_spawned_rank() -> None:
+    """Called by the hook at the start of every process the student's launcher spawns."""
+    spec = _spec_from_environment()
+    spawn_guard.install(_state(spec, 0, 1, os.devnull))
+
+
+def _rank_with_probes(rank: int, fn, args, world_size: int) -> None:
+    """What each started rank runs: the student's function, on the grader's rendezvous."""
+    spec = _spec_from_environment()
+    state = _state(spec, rank, world_size, f"{spec.record_paths[0]}.rank{rank}")
+    process_group.install(state)
+    try:
+        fn(rank, *args)
+    finally:
+        process_group.finish(state)
+        state.close()
+
+
+def _install_spawn_probe(state: RankState) -> None:
+    import torch
+    import torch.multiprocessing as mp
+
+    spawn_module = sys.modules["torch.multiprocessing.spawn"]
+    original_start, original_join = spawn_module.start_processes, spawn_module.ProcessContext.join
+
+    def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
+        state.record("spawn_called", nprocs=nprocs, start_method=str(start_method), gpus=torch.cuda.device_count())
+        if not isinstance(nprocs, int) or not 1 <= nprocs <= MAX_OWN_LAUNCHER_RANKS:
+            state.record("spawn_refused", nprocs=nprocs)
+            raise StudentError(
+                f"Your launcher asked for nprocs={nprocs!r} processes; the grader runs 1 to {MAX_OWN_LAUNCHER_RANKS}.",
+                "Start world_size processes, with world_size a number of 1 or more.",
+            )
+        return original_start(_rank_with_probes, (fn, tuple(args), nprocs), nprocs, join, daemon, start_method)
+
+    def join(self, timeout=None, grace_period=None):
+        try:
+            finished = original_join(self, timeout, grace_period)
+        except Exception as error:
+            state.record("spawn_joined", error=f"{type(error).__name__}: {error}"[:2000])
+            raise
+        if finished:
+            state.record("spawn_joined", error="")
+        return finished
+
+    spawn_module.start_processes = mp.start_processes = start_processes
+    spawn_module.ProcessContext.join = join
+
+
+def run(spec: RankSpec) -> None:
+    os.setpgid(0, 0)  # the launcher kills this group: the ranks the student started are in it
+    die_with_parent()
+    redirect_output(spec.output_paths[0])
+    stack_file = open(spec.stack_paths[0], "w")
+    faulthandler.enable(stack_file)
+    faulthandler.register(STACK_SIGNAL, stack_file, all_threads=False)
+    for name in TORCHRUN_VARIABLES:  # `python FILE` is not torchrun
+        os.environ.pop(name, None)
+    if spec.hide_gpus:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    spec_path = os.path.join(os.path.dirname(spec.store_path), "own_launcher_spec.json")
+    with open(spec_path, "w") as f:
+        f.write(spec.to_json())
+    os.environ[SPEC_VARIABLE] = spec_path
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (HOOK_DIR, os.environ.get("PYTHONPATH")) if p)
+    os.chdir(spec.workdir)
+    sys.path.insert(0, spec.source_dir)
+    sys.argv = [spec.module_path]
+
+    state = _state(spec, 0, 1, spec.record_paths[0])
+    failed, error_text = False, ""
+    try:
+        _install_spawn_probe(state)
+        runpy.run_path(spec.module_path, run_name="__main__")
+    except SystemExit as error:
+        failed = error.code not in (None, 0)
+        error_text = f"SystemExit: {error.code}" if failed else ""
+    except BaseException as error:
+        failed = True
+        error_text = error.message if isinstance(error, StudentError) else f"{type(error).__name__}: {error}"
+    finally:
+        state.record("launcher_done", failed=failed, error=error_text[:2000])
+        state.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    # Run the module under its own name, not as __main__: the student's file
+    # becomes __main__, and the ranks must find _rank_with_probes by its name.
+    from autograder.rank.own_launcher import run as run_imported
+
+    with open(sys.argv[1]) as spec_file:
+        run_imported(RankSpec.from_json(spec_file.read()))
