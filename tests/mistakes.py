@@ -82,6 +82,12 @@ LOG_EVERY_5 = (
     '                print(f"epoch {epoch + 1:3d}  loss {loss:.4f}")\n'
 )
 
+MAIN_STARTS = "def main(rank, world_size):\n    setup(rank, world_size)\n"
+LR_LAUNCH = "    world_size = torch.cuda.device_count() or 2  # two CPU processes without a GPU\n"
+EPOCH_LOSS = "            loss = train_one_epoch(model, loader, loss_fn, optimizer, device)\n"
+
+BATCH_NUMBERS = ("    for x, y in loader:\n", "    for batch, (x, y) in enumerate(loader):\n")
+
 NO_SET_EPOCH = (SET_EPOCH, "")
 NO_DDP = (DDP_WRAP, "")
 STATE_OF_WRAPPER = ('model.module.state_dict(),  # no "module." prefix', "model.state_dict(),")
@@ -212,6 +218,36 @@ CATALOGUE = [
         ),
     ),
     entry(
+        "linear_regression/rank_from_environment",
+        LR,
+        'Mistake: main reads its rank from os.environ["RANK"], as torchrun scripts do.\n'
+        "mp.spawn sets no RANK: it passes the rank as main's first argument, so this\n"
+        "fails with KeyError: 'RANK' when the student runs it.",
+        (MAIN_STARTS, MAIN_STARTS.replace("    setup", '    rank = int(os.environ["RANK"])\n    setup')),
+    ),
+    entry(
+        "linear_regression/sampler_before_group",
+        LR,
+        "Mistake: a DistributedSampler is built with its defaults before the process\n"
+        "group exists, so it cannot ask the group for the rank and world size.",
+        (MAIN_STARTS, MAIN_STARTS.replace("    setup", "    early = DistributedSampler(make_dataset())\n    setup")),
+    ),
+    entry(
+        "linear_regression/shuffle_and_sampler",
+        LR,
+        "Mistake: the DataLoader gets both the DistributedSampler and shuffle=True,\n"
+        "which it refuses: the sampler does the shuffling.",
+        ("batch_size=BATCH_SIZE, sampler=sampler)", "batch_size=BATCH_SIZE, sampler=sampler, shuffle=True)"),
+    ),
+    entry(
+        "linear_regression/set_epoch_after_epoch",
+        LR,
+        "Mistake: sampler.set_epoch(epoch) is called after the epoch's batches, so the\n"
+        "second epoch repeats the first one's shuffle and each epoch is one behind.",
+        NO_SET_EPOCH,
+        (EPOCH_LOSS, EPOCH_LOSS + "            sampler.set_epoch(epoch)  # too late: this epoch's batches are drawn\n"),
+    ),
+    entry(
         "mnist/no_sampler",
         MNIST,
         "Mistake: no DistributedSampler. Each rank's DataLoader shuffles all of MNIST\n"
@@ -332,6 +368,14 @@ CATALOGUE = [
         ('"model_state_dict": model.module.state_dict()}', '"model_state_dict": model.state_dict()}'),
     ),
     entry(
+        "linear_regression/modules_typo",
+        LR,
+        "Mistake: the checkpoint line says model.modules.state_dict(): modules is a\n"
+        "method of every nn.Module, not the wrapped model, so saving fails with an\n"
+        "AttributeError after five epochs of good training.",
+        ('"model_state_dict": model.module.state_dict(),', '"model_state_dict": model.modules.state_dict(),'),
+    ),
+    entry(
         "linear_regression/all_ranks_print",
         LR,
         "Mistake: every rank prints the training log, so it appears world_size times.",
@@ -339,6 +383,48 @@ CATALOGUE = [
         (SAVE, "                if rank == 0:\n    " + SAVE),
         ("        if rank == 0:\n            weight, bias = ", "        weight, bias = "),
         ('            print(f"learned y', '        print(f"learned y'),
+    ),
+    entry(
+        "linear_regression/loss_print_every_rank",
+        LR,
+        "Mistake: as in the tutorial's own solution, the training loop prints the loss\n"
+        "of each epoch's first batch on every rank; only the epoch header is guarded.\n"
+        "Rank 0 prints 3 lines an epoch and rank 1 one, so counting lines misses it.",
+        (EPOCH_LOSS, '            if rank == 0:\n                print(f"Epoch {epoch + 1}\\n-------")\n' + EPOCH_LOSS),
+        BATCH_NUMBERS,
+        (
+            "        total += loss.item()\n",
+            "        total += loss.item()\n"
+            "        if batch == 0:\n"
+            '            print(f"loss: {loss.item():>7f}  [{batch * len(x):>5d}/{len(loader.dataset):>5d}]")\n',
+        ),
+    ),
+    entry(
+        "linear_regression/logging_every_rank",
+        LR,
+        "Mistake: every rank logs each epoch's loss with the logging module (to stderr).",
+        ("import os\n", "import logging\nimport os\n"),
+        (EPOCH_LOSS, EPOCH_LOSS + '            logging.warning("epoch %d loss %.4f", epoch + 1, loss)\n'),
+    ),
+    entry(
+        "linear_regression/progress_bar_every_rank",
+        LR,
+        "Mistake: every rank draws a progress bar on stderr, redrawn with a carriage\n"
+        "return after each batch, as tqdm does.",
+        ("import os\n", "import os\nimport sys\n"),
+        BATCH_NUMBERS,
+        (
+            "        total += loss.item()\n",
+            "        total += loss.item()\n"
+            "        sys.stderr.write(f\"\\r{batch + 1:3d}/{len(loader)} |{'#' * (batch + 1)}\")\n",
+        ),
+    ),
+    entry(
+        "linear_regression/done_on_every_rank",
+        LR,
+        "Correct: every rank prints one line when it is done, as the tutorial's run\n"
+        "does; one line per rank is not a training log.",
+        (FINALLY, '        print(f"Done! (rank {rank})")\n' + FINALLY),
     ),
     entry(
         "linear_regression/log_file_every_rank",
@@ -358,6 +444,28 @@ CATALOGUE = [
         LR,
         "Mistake: main returns without dist.destroy_process_group().",
         _out_of_try(LR),
+    ),
+    # The launcher: the file run as `python FILE`.
+    entry(
+        "linear_regression/device_count_world_size",
+        LR,
+        "Mistake: the launcher starts torch.cuda.device_count() processes, as the\n"
+        "tutorial does. On a machine without a GPU that is 0, and nothing runs.",
+        (LR_LAUNCH, "    world_size = torch.cuda.device_count()\n"),
+    ),
+    entry(
+        "linear_regression/main_called_directly",
+        LR,
+        "Mistake: the launcher calls main(0, 1) itself instead of starting the ranks\n"
+        "with mp.spawn, so one process trains alone.",
+        ("    mp.spawn(main, args=(world_size,), nprocs=world_size)\n", "    main(0, 1)\n"),
+    ),
+    entry(
+        "mnist/device_count_world_size",
+        MNIST,
+        "Mistake: the launcher starts torch.cuda.device_count() processes, as the\n"
+        "tutorial does. On a machine without a GPU that is 0, and nothing runs.",
+        ("    world_size = torch.cuda.device_count() or 2\n", "    world_size = torch.cuda.device_count()\n"),
     ),
     # For tests/test_robustness.py: correct programs that stress the grader.
     entry(

@@ -111,7 +111,7 @@ def test_the_judge_reads_missing_fields_as_their_defaults():
         "time": 0.0,
         "step": 0,
         "failed": True,
-        "printed_lines": 0,
+        "output": {},
     }
     assert events.parse({"kind": "rank_done", "failed": False, "forged": 1})["failed"] is False
     assert "forged" not in events.parse({"kind": "rank_done", "forged": 1})

@@ -23,16 +23,18 @@ from autograder.judge.checks import CHECKS
 LR, MNIST = "linear_regression", "mnist"
 REFERENCES = {name: ROOT / exercise.solution for name, exercise in EXERCISES.items()}
 
-CPU_RUN = frozenset({"gpu_device"})  # skipped on every CPU run that finished
+CPU_RUN = frozenset({"gpu_device"})  # cannot apply on a CPU run: 0 of 0 points, even after a crash
 WITHOUT_SAMPLER = CPU_RUN | {"same_dataset", "set_epoch"}  # nothing to compare, nothing to reshuffle
 
 
 @dataclass(frozen=True)
 class Says:
-    """What a failed check must say: a piece of its message, and of its hint."""
+    """What a failed check must say: a piece of its message, and of its hint.
+    reached=False: it failed only because the run stopped before its evidence."""
 
     message: str
     hint: str = ""
+    reached: bool = True
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class Case:
     world_size: int
     failed: dict[str, Says]
     skipped: frozenset[str] = CPU_RUN
+    problem: Says | None = None  # what the report's headline says, and its hint
 
     @property
     def id(self) -> str:
@@ -49,17 +52,36 @@ class Case:
         return f"{self.exercise}/{stem}@{self.world_size}"
 
 
-def case(exercise: str, submission: str, world_size: int = 2, *, skipped=CPU_RUN, **failed: str | Says) -> Case:
+def case(
+    exercise: str, submission: str, world_size: int = 2, *, skipped=CPU_RUN, problem=None, **failed: str | Says
+) -> Case:
     assert submission == "reference" or f"{exercise}/{submission}" in mistakes.SUBMISSIONS, submission
     says = {check_id: s if isinstance(s, Says) else Says(s) for check_id, s in failed.items()}
-    return Case(submission, exercise, world_size, says, frozenset(skipped))
+    return Case(submission, exercise, world_size, says, frozenset(skipped), problem)
 
 
-def stopped_early(**first_failure: str | Says) -> dict[str, str | Says]:
-    """A run that stopped early fails every check: each one says so, except
-    the first failure, which names the cause."""
-    return {item.id: Says("stopped", hint="Fix the error") for item in CHECKS} | first_failure
+NOT_REACHED = Says("", hint="Fix the error", reached=False)
 
+
+def stopped_early(*judged: str, **first_failure: str | Says) -> dict[str, str | Says]:
+    """A run that stopped early: the checks named in `judged` had their
+    evidence before the stop and passed; `first_failure` names the cause; every
+    other check fails as not reached (never on a machine where it cannot apply)."""
+    not_reached = {c.id: NOT_REACHED for c in CHECKS if c.id not in CPU_RUN and c.id not in judged}
+    return not_reached | first_failure
+
+
+# A crash at the first checkpoint: everything before it was recorded, and is judged.
+TRAINED_BEFORE_THE_CRASH = (
+    "process_group",
+    "distributed_sampler",
+    "same_dataset",
+    "set_epoch",
+    "ddp_wrapped",
+    "weights_in_sync",
+    "training",
+)
+DEVICE_COUNT_SLIP = Says("asked for 0 processes: torch.cuda.device_count() is 0", hint="torch.cuda.device_count() or 2")
 
 TABLE = [
     # Correct: every check passes.
@@ -75,20 +97,19 @@ TABLE = [
     case(MNIST, "reference", 3),
     case(MNIST, "reference", 4),
     # (1) process group
-    case(
-        LR,
-        "hardcoded_world_size",
-        3,
-        skipped=(),
-        **stopped_early(process_group="world_size=2, but the grader started 3 ranks"),
-    ),
+    case(LR, "hardcoded_world_size", 3, **stopped_early(process_group="world_size=2, but the grader started 3 ranks")),
     case(
         LR,
         "nccl_on_cpu",
-        skipped=(),
         **stopped_early(
             process_group=Says("asked for the nccl backend", hint="'nccl' if torch.cuda.is_available() else 'gloo'")
         ),
+    ),
+    case(
+        LR,
+        "rank_from_environment",
+        problem=Says("KeyError: 'RANK'", hint="RANK is set by torchrun, not by mp.spawn"),
+        **stopped_early(),
     ),
     # (2) the data
     case(LR, "no_sampler", skipped=WITHOUT_SAMPLER, distributed_sampler="without a DistributedSampler"),
@@ -100,6 +121,23 @@ TABLE = [
         distributed_sampler=Says("never drew from it", hint="sampler=sampler"),
     ),
     case(LR, "no_set_epoch", set_epoch=Says("set_epoch was never called", hint="sampler.set_epoch(epoch)")),
+    case(
+        LR,
+        "set_epoch_after_epoch",
+        set_epoch=Says("called after each epoch's batches", hint="before the loop over the DataLoader"),
+    ),
+    case(
+        LR,
+        "sampler_before_group",
+        problem=Says("Default process group has not been initialized", hint="create the process group first"),
+        **stopped_early(),
+    ),
+    case(
+        LR,
+        "shuffle_and_sampler",
+        problem=Says("mutually exclusive with shuffle", hint="Remove shuffle=True"),
+        **stopped_early("process_group"),
+    ),
     case(LR, "data_seed_is_rank", same_dataset="data differ from rank 0's"),
     case(LR, "unseeded_data", same_dataset="data differ from rank 0's"),
     case(MNIST, "no_sampler", skipped=WITHOUT_SAMPLER, distributed_sampler="without a DistributedSampler"),
@@ -138,10 +176,28 @@ TABLE = [
     case(LR, "module_prefix", checkpoint_loadable=Says("start with 'module.'", hint="model.module.state_dict()")),
     case(LR, "whole_model_saved", checkpoint_loadable=Says("whole model object", hint="state_dict()")),
     case(MNIST, "module_prefix", checkpoint_loadable=Says("start with 'module.'", hint="model.module.state_dict()")),
-    case(LR, "all_ranks_print", rank0_logs=Says("the training log appears 2 times", hint="if rank == 0")),
+    case(
+        LR,
+        "modules_typo",
+        problem=Says("'function' object has no attribute 'state_dict'", hint="model.module, without the s"),
+        **stopped_early(*TRAINED_BEFORE_THE_CRASH),
+    ),
+    case(LR, "all_ranks_print", rank0_logs=Says('Rank 1 printed the line "epoch   5  loss', hint="if rank == 0")),
+    case(
+        LR,
+        "loss_print_every_rank",
+        rank0_logs=Says('Rank 1 printed the line "loss: ', hint="in the functions that main calls"),
+    ),
+    case(LR, "logging_every_rank", rank0_logs=Says("Rank 1 wrote to stderr (with logging", hint="if rank == 0")),
+    case(LR, "progress_bar_every_rank", rank0_logs=Says("a progress bar) the line", hint="if rank == 0")),
+    case(LR, "done_on_every_rank"),
     case(LR, "log_file_every_rank", rank0_logs=Says("Rank 1 wrote training.log", hint="if rank == 0")),
     # (5) clean up
     case(LR, "no_destroy", cleanup=Says("without destroying its process group", hint="dist.destroy_process_group()")),
+    # the launcher, run as a program
+    case(LR, "device_count_world_size", launcher=DEVICE_COUNT_SLIP),
+    case(LR, "main_called_directly", launcher=Says("never called mp.spawn", hint="mp.spawn(main")),
+    case(MNIST, "device_count_world_size", launcher=DEVICE_COUNT_SLIP),
 ]
 
 
@@ -193,6 +249,17 @@ def test_each_failure_names_the_mistake(graded, row, check_id, says, no_leftover
     assert verdict.status == "failed", verdict.message
     assert says.message in verdict.message
     assert says.hint in verdict.hint
+    assert verdict.reached == says.reached, verdict.message
+
+
+@pytest.mark.parametrize("row", [pytest.param(row, id=row.id) for row in TABLE if row.problem])
+def test_a_run_that_stopped_names_its_cause_with_a_hint(graded, row, no_leftover_ranks):
+    report = graded(row)
+    assert row.problem.message in report.error
+    assert row.problem.hint in report.error_hint
+    rank = int(report.error.split()[1])  # "Rank N failed: ..."
+    assert f"on rank {rank})" in report.stopped_at  # the row of checks not reached names the same rank
+    assert all(v.rank == rank for v in report.not_reached), [v.rank for v in report.not_reached]
 
 
 @pytest.mark.parametrize("row", CASES)

@@ -25,8 +25,9 @@ from tools.record_fixtures import FIXTURES, fixture_name, fixture_path, load, so
 RECORDED = [pytest.param(row, id=row.id) for row in TABLE]
 REFERENCE = "linear_regression__linear_regression_ddp@2"
 RERECORD = "run `python -m tools.record_fixtures"
-# The checks that need every rank to have finished: on a run that stopped early they cannot pass.
-NEED_THE_WHOLE_RUN = {"weights_in_sync", "training", "rank0_logs", "cleanup"}
+# The checks that need every rank to have finished: on a run that stopped early they fail as not reached.
+NEED_THE_WHOLE_RUN = {"rank0_logs", "cleanup", "launcher"}
+CPU_RUN = {"gpu_device"}  # cannot apply: 0 of 0 points, whatever happened
 
 
 @functools.cache
@@ -77,6 +78,7 @@ def test_each_recorded_run_gets_the_catalogue_s_verdict(row):
     for check_id, says in row.failed.items():
         assert says.message in found[check_id].message, check_id
         assert says.hint in found[check_id].hint, check_id
+        assert says.reached == found[check_id].reached, check_id
 
 
 def test_every_recorded_event_fits_the_schema():
@@ -114,15 +116,18 @@ def test_a_rank_hung_halfway_fails_closed():
     reached = len(rank_events(data, 1, "sampler_epoch"))
     assert 0 < reached < 20
     found = verdicts(data)
-    assert statuses(found, "skipped") == set()  # "does not apply" is only known of a run that finished
-    assert statuses(found, "failed") == NEED_THE_WHOLE_RUN | {"rank0_checkpoint", "gpu_device"}
-    assert found["gpu_device"].message == "Not checked: the run stopped early."  # skipped on a finished run
+    assert statuses(found, "skipped") == CPU_RUN  # "does not apply" is only known of a run that finished
+    assert found["gpu_device"].max_points == 0
+    assert statuses(found, "failed") == NEED_THE_WHOLE_RUN | {"rank0_checkpoint"}
     for check_id in NEED_THE_WHOLE_RUN | {"rank0_checkpoint"}:
         assert "rank 1 was still running at the deadline" in found[check_id].message, check_id
+        assert not found[check_id].reached and found[check_id].rank == 1
     # What passes has its evidence: rank 1 joined the group, wrapped and stepped its model; rank 0's checkpoint
-    # loads; and the partition is judged on the epochs both ranks reached, not all 20.
+    # loads; the partition is judged on the epochs both ranks reached, not all 20, and the weights at the
+    # steps both recorded.
     assert found["distributed_sampler"].status == "passed"
     assert f"in each of {reached} epoch(s)" in found["distributed_sampler"].message
+    assert "recorded before the run stopped" in found["weights_in_sync"].message
 
 
 def test_a_rank_that_failed_halfway_is_named_as_the_cause():
@@ -134,9 +139,9 @@ def test_a_rank_that_failed_halfway_is_named_as_the_cause():
     error |= {"message": "boom", "hint": "", "frames": []}
     data["ranks"][1]["events"] += [error, *end_of_run, {"kind": "rank_done", "time": 0.0, "step": 9, "failed": True}]
     found = verdicts(data)
-    assert statuses(found, "skipped") == set()
+    assert statuses(found, "skipped") == CPU_RUN
     assert NEED_THE_WHOLE_RUN <= statuses(found, "failed")
-    assert "rank 1 stopped with an error first" in found["weights_in_sync"].message
+    assert "rank 1 stopped with an error first" in found["cleanup"].message
     solution = Path(EXERCISES["linear_regression"].solution)
     report = judge(Submission(solution, False, ""), RunRecords.from_dict(data))
     assert report.error == "Rank 1 failed: RuntimeError: boom" and not report.passed
@@ -146,8 +151,8 @@ def test_a_rank_killed_without_a_word_fails_closed():
     """os._exit, a segfault or the OOM killer: no error event, no end-of-run records."""
     data = stop(fixture(), 1, 60, RankStatus.FAILED, -11)
     found = verdicts(data)
-    assert statuses(found, "skipped") == set()
-    assert statuses(found, "failed") == NEED_THE_WHOLE_RUN | {"rank0_checkpoint", "gpu_device"}
+    assert statuses(found, "skipped") == CPU_RUN
+    assert statuses(found, "failed") == NEED_THE_WHOLE_RUN | {"rank0_checkpoint"}
     assert found["cleanup"].message.startswith("Could not confirm that the process group was destroyed: rank 1 ")
     reached = len(rank_events(data, 1, "sampler_epoch"))  # the epochs rank 1 finished
     assert f"in each of {reached} epoch(s)" in found["distributed_sampler"].message
@@ -155,8 +160,8 @@ def test_a_rank_killed_without_a_word_fails_closed():
 
 def test_a_rank_killed_without_a_word_is_not_said_to_have_finished():
     found = verdicts(stop(fixture(), 1, 60, RankStatus.FAILED, -11))
-    assert "finished" not in found["weights_in_sync"].message, found["weights_in_sync"].message
-    assert "rank 1 was killed by signal 11 before main returned" in found["weights_in_sync"].message
+    assert "finished" not in found["cleanup"].message, found["cleanup"].message
+    assert "rank 1 was killed by signal 11 before main returned" in found["cleanup"].message
 
 
 def test_a_rank_done_without_the_end_of_run_records_is_called_incomplete():
@@ -166,7 +171,7 @@ def test_a_rank_done_without_the_end_of_run_records_is_called_incomplete():
     data["ranks"][1]["events"] = [e for e in stream if e["kind"] not in ("training_end", "rank_end")]
     found = verdicts(data)
     assert NEED_THE_WHOLE_RUN <= statuses(found, "failed")
-    assert "the run's records are incomplete (rank 1 ended" in found["weights_in_sync"].message
+    assert "the run's records are incomplete (rank 1 ended" in found["cleanup"].message
 
 
 def test_a_run_whose_ranks_recorded_nothing_fails_every_check():
@@ -174,8 +179,8 @@ def test_a_run_whose_ranks_recorded_nothing_fails_every_check():
     for rank in data["ranks"]:
         rank["events"] = []
     found = verdicts(data)
-    assert statuses(found, "failed") == set(found)
-    assert "Rank 0 never called init_process_group" in found["process_group"].message
+    assert statuses(found, "failed") == set(found) - CPU_RUN
+    assert found["process_group"].message.startswith("Could not confirm that every rank created the process group")
     assert found["rank0_checkpoint"].message.startswith("Could not confirm who saved checkpoints")
 
 
@@ -192,8 +197,9 @@ def test_a_submission_that_could_not_run_fails_every_check_with_its_problem():
     data = fixture("linear_regression__nccl_on_cpu@2")
     data |= {"ranks": [], "launch": None, "problem": {"message": "SyntaxError: x", "hint": "Fix line 3."}}
     found = verdicts(data)
-    assert statuses(found, "failed") == set(found)
-    assert {(v.message, v.hint) for v in found.values()} == {("Not checked: the code could not run.", "Fix line 3.")}
+    assert statuses(found, "failed") == set(found) - CPU_RUN
+    failed = {(v.message, v.hint, v.reached) for v in found.values() if v.status == "failed"}
+    assert failed == {("Not checked: the code could not run.", "Fix line 3.", False)}
 
 
 def test_random_truncations_never_crash_the_judge_and_fail_closed():
@@ -210,7 +216,7 @@ def test_random_truncations_never_crash_the_judge_and_fail_closed():
             found = verdicts(cut)  # must not raise
             assert len(found) == len(EXERCISES[data["exercise"]].checks)
             if lost_rank_done:
-                assert statuses(found, "skipped") == set(), path.name
+                assert statuses(found, "skipped") == CPU_RUN, path.name
                 assert NEED_THE_WHOLE_RUN <= statuses(found, "failed"), path.name
 
 
@@ -231,16 +237,16 @@ def test_a_half_written_event_gets_the_schema_s_defaults():
     # A rank_done cut short reads as failed (the default), so the run did not finish.
     data = fixture()
     done = rank_events(data, 1, "rank_done")[0]
-    del done["failed"], done["printed_lines"]
+    del done["failed"], done["output"]
     assert RunRecords.from_dict(data).ranks[1].first("rank_done") | {"time": 0} == {
         "kind": "rank_done",
         "time": 0,
         "step": done["step"],
         "failed": True,
-        "printed_lines": 0,
+        "output": {},
     }
     found = verdicts(data)
-    assert NEED_THE_WHOLE_RUN | {"gpu_device"} <= statuses(found, "failed")
+    assert NEED_THE_WHOLE_RUN <= statuses(found, "failed")
 
 
 def test_parsed_events_do_not_share_their_defaults():
@@ -333,3 +339,130 @@ def test_a_probe_that_failed_is_shown_as_a_grader_problem():
     assert report.probe_errors == [
         "rank 1: the grader could not observe install.<locals>.save (OSError: x); tell your instructor."
     ]
+
+
+# --- logs: the content, not the count -------------------------------------------------
+
+
+def _with_output(data: dict, rank: int, stream: str, tallies: list) -> dict:
+    rank_events(data, rank, "rank_done")[0]["output"] = {stream: tallies}
+    return data
+
+
+def test_a_line_rank_1_writes_once_is_not_a_log_but_one_it_repeats_is():
+    once = _with_output(fixture(), 1, "stdout", [["Done!", 1, "Done!"], ["rank # ready", 1, "rank 1 ready"]])
+    assert verdicts(once)["rank0_logs"].status == "passed"
+    twice = _with_output(fixture(), 1, "stderr", [["Done!", 1, "Done!"], ["step # loss #", 2, "step 3 loss 0.5"]])
+    found = verdicts(twice)["rank0_logs"]
+    assert found.status == "failed" and found.rank == 1
+    assert 'wrote to stderr (with logging, a warning or a progress bar) the line "step 3 loss 0.5" 2 times' in (
+        found.message
+    )
+    assert '("step # loss #")' in found.message
+
+
+@pytest.mark.parametrize(
+    "output",
+    [{"stdout": "not a list"}, {"stdout": [["t", "2", "x"], [1, 2], None]}, {"stdout": [[None, 3, None]]}, None],
+    ids=["a string", "odd entries", "no text", "none"],
+)
+def test_a_forged_output_tally_never_crashes_the_judge(output):
+    data = fixture()
+    rank_events(data, 1, "rank_done")[0]["output"] = output
+    assert verdicts(data)["rank0_logs"].status in ("passed", "failed")
+
+
+def test_the_line_tally_masks_numbers_and_redraws_and_is_bounded():
+    from autograder.rank.output import MAX_TEMPLATES, LineTally, template
+
+    assert template("loss: 0.123  [   32/  128]") == template("loss: 1.5e-3  [  640/  128]") == "loss: # [ #/ #]"
+    assert template(" 40%|\u2588\u2588\u2588\u2588      | 4/10 [00:01<00:02]") == template(
+        " 50%|\u2588\u2588\u2588\u2588\u2588     | 5/10 [00:02<00:02]"
+    )
+    tally = LineTally()
+    for step in range(3):
+        tally.feed(f"\r{step}/3 |{'#' * (step + 1)}")  # a bar redrawn with carriage returns, as tqdm does
+    tally.feed("\nDone!\n\n   \n")
+    assert tally.summary() == [["#/# |#", 3, "0/3 |#"], ["Done!", 1, "Done!"]]
+    flood = LineTally()
+    flood.feed("".join(f"line {chr(65 + i % 26)}{chr(65 + i // 26 % 26)}{i // 676}x\n" for i in range(5000)))
+    assert len(flood.counts) == MAX_TEMPLATES and flood.lines == 5000
+
+
+# --- the student's launcher ------------------------------------------------------------
+
+
+def _launcher_events(data: dict, *new: dict, status: RankStatus = RankStatus.FINISHED) -> dict:
+    own = data["own_launcher"]
+    own["events"] = [{"time": 0.0, "step": 0, **event} for event in new]
+    own["outcome"]["status"] = status
+    return data
+
+
+def test_the_reference_s_launcher_was_run_and_passed():
+    data = fixture()
+    kinds = [e["kind"] for e in data["own_launcher"]["events"]]
+    assert kinds == ["spawn_called", "spawn_joined", "launcher_done"]
+    assert verdicts(data)["launcher"].status == "passed"
+
+
+SPAWNED_2 = {"kind": "spawn_called", "nprocs": 2, "start_method": "spawn", "gpus": 0}
+DONE = {"kind": "launcher_done", "failed": False, "error": ""}
+
+
+@pytest.mark.parametrize(
+    "events, status, message, hint",
+    [
+        ([DONE], RankStatus.FINISHED, "never called mp.spawn or start_processes", "mp.spawn(main"),
+        (
+            [{"kind": "launcher_done", "failed": True, "error": "NameError: name 'mian' is not defined"}],
+            RankStatus.FAILED,
+            "failed before it started any rank: NameError",
+            "outside main",
+        ),
+        (
+            [SPAWNED_2 | {"nprocs": 0}, {"kind": "spawn_joined", "error": ""}, DONE],
+            RankStatus.FINISHED,
+            "torch.cuda.device_count() is 0",
+            "torch.cuda.device_count() or 2",
+        ),
+        (
+            [SPAWNED_2 | {"nprocs": 64}, {"kind": "spawn_refused", "nprocs": 64}],
+            RankStatus.FAILED,
+            "nprocs=64",
+            "Start 1 to 8 processes",
+        ),
+        (
+            [SPAWNED_2, {"kind": "spawn_joined", "error": "ProcessRaisedException: \n\nTraceback\nKeyError: 'RANK'"}],
+            RankStatus.FAILED,
+            "Not every rank your launcher started finished: KeyError: 'RANK'",
+            "fix the first error",
+        ),
+        ([SPAWNED_2], RankStatus.HUNG, "did not finish in time", "must end once training has"),
+        (
+            [SPAWNED_2, {"kind": "spawn_joined", "error": ""}, {"kind": "launcher_done", "failed": True, "error": "x"}],
+            RankStatus.FAILED,
+            "Your ranks finished, but the program then failed: x",
+            "after mp.spawn returns",
+        ),
+    ],
+    ids=["no spawn", "crash first", "device_count", "too many", "a rank failed", "hung", "crash after"],
+)
+def test_each_way_a_launcher_fails_has_its_own_message(events, status, message, hint):
+    found = verdicts(_launcher_events(fixture(), *events, status=status))["launcher"]
+    assert found.status == "failed"
+    assert message in found.message and hint in found.hint
+
+
+def test_a_launcher_that_was_not_run_never_passes():
+    data = fixture()
+    data["own_launcher"] = None
+    assert verdicts(data)["launcher"].status == "failed"
+
+
+def test_gpu_placement_counts_on_a_gpu_run_only():
+    cpu = verdicts(fixture())["gpu_device"]
+    assert (cpu.status, cpu.points, cpu.max_points) == ("skipped", 0, 0)
+    data = fixture()
+    data["backend"] = "nccl"
+    assert verdicts(data)["gpu_device"].max_points == 1

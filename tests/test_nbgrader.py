@@ -8,6 +8,7 @@ Students:
     blank     the release, untouched
     brook     tests/samples/brook: classic mistakes in every assignment
     dana      tests/samples/dana: linear_regression without a DistributedSampler
+    eve       tests/samples/eve: linear_regression that crashes at its checkpoint (partial credit)
 """
 
 from __future__ import annotations
@@ -33,7 +34,13 @@ pytestmark = pytest.mark.nbgrader
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "tests" / "samples"
 TOTAL = {"ddp_intro": 7} | {e.assignment: sum(by_id(c).points for c in e.graded_checks) for e in EXERCISES.values()}
-SUBMISSIONS = {"perfect": ASSIGNMENTS, "blank": ASSIGNMENTS, "brook": ASSIGNMENTS, "dana": ("linear_regression",)}
+SUBMISSIONS = {
+    "perfect": ASSIGNMENTS,
+    "blank": ASSIGNMENTS,
+    "brook": ASSIGNMENTS,
+    "dana": ("linear_regression",),
+    "eve": ("linear_regression",),
+}
 
 
 def points_of(check_id: str) -> float:
@@ -49,13 +56,20 @@ FAILED_CELLS = {
     },
     ("brook", "linear_regression"): {
         "lr_set_epoch": points_of("set_epoch"),  # never calls set_epoch
-        "lr_checkpoint_loadable": points_of("checkpoint_loadable"),
-    },  # saves "module." keys
+        "lr_checkpoint_loadable": points_of("checkpoint_loadable"),  # saves "module." keys
+        "lr_launcher": points_of("launcher"),  # starts torch.cuda.device_count() ranks: 0 on a CPU
+    },
     ("brook", "mnist_ddp"): {
         "mnist_rank0_checkpoint": points_of("rank0_checkpoint"),  # every rank saves ...
         "mnist_rank0_logs": points_of("rank0_logs"),
     },  # ... and prints
     ("dana", "linear_regression"): {"lr_distributed_sampler": points_of("distributed_sampler")},
+    # model.modules when saving: the run crashes after 5 epochs. What ran before is judged on its
+    # evidence; the checks it never reached fail.
+    ("eve", "linear_regression"): {
+        f"lr_{check_id}": points_of(check_id)
+        for check_id in ("rank0_checkpoint", "checkpoint_loadable", "rank0_logs", "cleanup", "launcher")
+    },
 }
 
 

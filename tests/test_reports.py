@@ -22,7 +22,7 @@ from rich.console import Console
 
 from autograder import grade
 from autograder.judge.checks import SYNC_TOLERANCE
-from autograder.judge.verdict import FAILED, PASSED, SKIPPED, RankSummary, Report, Verdict
+from autograder.judge.verdict import FAILED, NOT_REACHED_HINT, PASSED, SKIPPED, RankSummary, Report, Verdict
 from autograder.reports import html, json_report, plots, text
 
 SOLUTION = SOLUTIONS / "linear_regression_ddp.py"
@@ -163,7 +163,8 @@ def test_every_check_appears_with_its_title_status_and_points(any_report):
         assert row, verdict.id
         assert escape(verdict.title) in row.group(1)
         assert f">{STATUS_WORDS[verdict.status]}</span>" in row.group(1)
-        assert f"{verdict.points:g} / {verdict.max_points:g}" in row.group(1)
+        score = f"{verdict.points:g} / {verdict.max_points:g}" if verdict.max_points else "not counted"
+        assert score in row.group(1)
     assert f"Score: {any_report.score:g} / {any_report.max_score:g}" in fragment
     assert escape(any_report.exercise) in fragment and f"{any_report.world_size} ranks" in fragment
 
@@ -430,3 +431,42 @@ def test_text_report_is_plain_when_not_a_terminal(any_report):
         assert verdict.title in written
     assert ("FAIL" in written) == bool(failed_ids(any_report))
     assert f"Score: {any_report.score:g} / {any_report.max_score:g}" in written
+
+
+# --- a run that stopped: one row for what it never reached ------------------------------
+
+
+def _stopped_report() -> Report:
+    def missed(check_id, title):
+        return Verdict(check_id, title, FAILED, 0, 1, f"Could not confirm {title}.", NOT_REACHED_HINT, 0, False)
+
+    checks = [
+        Verdict("process_group", "Process group created", PASSED, 2, 2, "All 2 ranks joined."),
+        missed("rank0_logs", "Only rank 0 writes logs"),
+        missed("cleanup", "Process group destroyed"),
+        Verdict("gpu_device", "Each rank on its own GPU", SKIPPED, 0, 0, "Not counted on this machine."),
+    ]
+    stopped_at = "`model.modules.state_dict()` (s.py, line 5, in save, on rank 0)"
+    return Report(
+        "linear_regression", 2, "gloo", 1.0, "Rank 0 failed: AttributeError", "", [], checks, stopped_at=stopped_at
+    )
+
+
+def test_the_checks_a_run_never_reached_share_one_row():
+    report = _stopped_report()
+    assert (report.score, report.max_score) == (2, 4)  # gpu_device counts 0 of 0 on the CPU
+    fragment = html.render(report)
+    assert '<tr data-check="not_reached" data-status="failed">' in fragment
+    assert 'data-check="cleanup"' not in fragment and 'data-check="rank0_logs"' not in fragment
+    assert "2 checks not reached" in fragment and "0 / 2" in fragment
+    assert escape("the run stopped at `model.modules.state_dict()` (s.py, line 5, in save, on rank 0)") in fragment
+    assert "not counted" in re.search(r'<tr data-check="gpu_device".*?</tr>', fragment, re.S).group(0)
+    buffer = io.StringIO()
+    text.render(report, Console(file=buffer, width=200))
+    written = buffer.getvalue()
+    assert written.lower().count("not reached") == 2  # the row's title and its sentence
+    assert "Could not confirm" not in written  # one sentence, not a row per check
+    assert "Not checked: Only rank 0 writes logs, Process group destroyed." in written
+    rebuilt = json_report.from_dict(json.loads(json.dumps(json_report.to_dict(report))))
+    assert rebuilt.stopped_at == report.stopped_at and [v.reached for v in rebuilt.checks] == [True, False, False, True]
+    assert html.render(rebuilt) == fragment

@@ -41,6 +41,7 @@ STUDENTS = {  # id: (first name, last name, what the sample shows)
     "ada": ("Ada", "Sample", "all right"),
     "brook": ("Brook", "Sample", "classic mistakes"),
     "cy": ("Cy", "Sample", "blank release"),
+    "eve": ("Eve", "Sample", "a crash: partial credit"),
 }
 
 

@@ -13,7 +13,8 @@ version of its submission (each fixture keeps the SHA-256 of the source it
 ran, under "recorded_from", which `RunRecords.from_dict` ignores).
 
 To keep the folder small, what no check reads is trimmed:
-- each rank's printed output, to its last OUTPUT_CHARS characters;
+- each rank's printed output (and the student's launcher's), to its last
+  OUTPUT_CHARS characters;
 - the indices of a rank's plain-sampler epochs after the first
   PARTITION_EPOCHS (the checks read only the first; the report draws the
   first PARTITION_EPOCHS);
@@ -77,7 +78,10 @@ def source_sha256(row) -> str:
 def trimmed(data: dict) -> dict:
     """`RunRecords.to_dict()` without what no check reads (see the module docstring)."""
     data = copy.deepcopy(data)
-    for outcome in (data["launch"] or {}).get("ranks", []):
+    outcomes = list((data["launch"] or {}).get("ranks", []))
+    if data.get("own_launcher") and data["own_launcher"]["outcome"]:
+        outcomes.append(data["own_launcher"]["outcome"])
+    for outcome in outcomes:
         outcome["output"] = outcome["output"][-OUTPUT_CHARS:]
     for rank in data["ranks"]:
         plain = [e for e in rank["events"] if e["kind"] == "plain_sampler_epoch"]
