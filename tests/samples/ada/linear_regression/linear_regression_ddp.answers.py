@@ -21,3 +21,8 @@
 # answer 6
         if dist.is_initialized():
             dist.destroy_process_group()
+# answer 7
+    n_ranks = torch.cuda.device_count() if torch.cuda.is_available() else 2
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=free_port())
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    mp.spawn(main, args=(n_ranks,), nprocs=n_ranks)

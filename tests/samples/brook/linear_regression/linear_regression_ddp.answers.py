@@ -19,3 +19,8 @@
             pass  # the sampler already shuffles
 # answer 6
         dist.destroy_process_group()
+# answer 7
+    world_size = torch.cuda.device_count()  # one rank per GPU
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = free_port()
+    mp.spawn(main, args=(world_size,), nprocs=world_size)
