@@ -58,6 +58,7 @@ def test_a_correct_submission_exits_0_with_the_json_contract(tmp_path):
         "rank0_checkpoint",
         "checkpoint_loadable",
         "rank0_logs",
+        "launcher",
         "cleanup",
         "gpu_device",
     } == set(check_ids)

@@ -111,6 +111,10 @@ def gradebook(course: Path) -> Gradebook:
     return Gradebook("sqlite:///" + str(course / "gradebook.db"), "ddp-course")
 
 
+def masked(text: str) -> str:
+    return re.sub(r"\d+(\.\d+)?", "#", text)
+
+
 def feedback_text(course: Path, student: str, assignment: str) -> str:
     """The feedback page as a student reads it: tags stripped, entities decoded."""
     [page] = (course / "feedback" / student / assignment).glob("*.html")
@@ -167,7 +171,9 @@ def test_feedback_explains_each_failure_with_the_checks_message(course):
         for cell in cells:
             verdict = report.check(cell.removeprefix(exercise.grade_id_prefix + "_"))
             assert verdict.status == "failed"
-            assert f"{verdict.title} (checked with 2 ranks): {verdict.message}" in text, (student, cell)
+            # The numbers of a line a check quotes differ from run to run (the losses of an unseeded model).
+            said = masked(f"{verdict.title} (checked with 2 ranks): {verdict.message}")
+            assert said in masked(text), (student, cell)
             assert f"Hint: {verdict.hint}" in text
 
 

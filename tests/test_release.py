@@ -101,16 +101,17 @@ def test_release_stub_keeps_the_serial_code_and_stubs_each_change(assignment):
     notebook = nbformat.read(RELEASE / assignment / f"{assignment}.ipynb", as_version=4)
     [cell] = [c for c in notebook.cells if c.source.startswith(f"%%writefile {exercise.program}")]
     assert cell.metadata.nbgrader["solution"] and not cell.metadata.nbgrader["locked"]
-    # Changes 1, 2a, 2b, 3, 4 and 5: one stub each; the serial code and the launcher stay.
-    assert cell.source.count("raise NotImplementedError()") == 6
+    # Changes 1, 2a, 2b, 3, 4 and 5 and the launcher: one stub each; the serial code stays.
+    assert cell.source.count("raise NotImplementedError()") == 7
     for kept in (
         "def train_one_epoch(",
         "def main(rank, world_size):",
-        "mp.spawn(main",
-        "free_port()",
+        'if __name__ == "__main__":',
+        "def free_port():",
         "optimizer.step()",
     ):
         assert kept in cell.source
+    assert "mp.spawn(main" not in cell.source  # the student writes the launcher
 
 
 @pytest.mark.parametrize("assignment", sorted(EXERCISE_OF))
@@ -120,7 +121,7 @@ def test_one_grade_cell_per_graded_check(assignment):
     cells = [c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade")]
     graded = exercise.graded_checks
     assert [c.metadata.nbgrader["grade_id"] for c in cells] == [exercise.grade_id(c) for c in graded]
-    assert "gpu_device" not in graded  # skipped (= full points) on every CPU grading machine
+    assert "gpu_device" not in graded  # cannot apply on the CPU grading machines
     for cell, check_id in zip(cells, graded, strict=True):
         assert cell.metadata.nbgrader["points"] == by_id(check_id).points
         visible, _, hidden = cell.source.partition("### BEGIN HIDDEN TESTS")
