@@ -67,6 +67,11 @@ def _rank_with_probes(rank: int, fn, args, world_size: int) -> None:
     finally:
         process_group.finish(state)
         state.close()
+    # As a graded rank does, skip the interpreter's teardown: a process group
+    # that the model still holds is torn down there, and can abort the rank.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _install_spawn_probe(state: RankState) -> None:
