@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import submission as submissions
+from .disk import inspect_checkpoints
 from .errors import CannotGrade
 from .exercises import EXERCISES, Exercise
 from .judge.checks import SYNC_TOLERANCE, run_checks, training_sampler, weight_spread
@@ -82,8 +83,10 @@ def _run(
     job = Job(world_size, resolved, hide_gpus, timeout_s, module_path, workdir, sub.is_notebook, fork_from_here)
     result = launcher(launcher_kind).launch(job, private_dir)
     run = collect(exercise.name, world_size, resolved, result, sorted(_files(workdir) - provided))
+    saved = [e["path"] for r in run.ranks for e in r.all("torch_save")]
+    run.checkpoints = inspect_checkpoints(workdir, run.files_left, saved)
     if run.all_finished and "launcher" in exercise.checks:
-        run.own_launcher = _run_own_launcher(exercise, job, run_dir, result.duration_s)
+        run.own_launcher, run.own_launcher_ranks = _run_own_launcher(exercise, job, run_dir, result.duration_s)
     return run
 
 
@@ -225,6 +228,18 @@ def _launch_error(run: RunRecords, sub: submissions.Submission, ranks: list[Rank
         return f"Rank {rank} failed: {text}", (
             own_hint or hint_for(text) or "Fix this error first; the other ranks were stopped because of it."
         )
+    for r in run.ranks:
+        if r.malformed:
+            return (
+                f"Not checked: rank {r.rank}'s records hold {r.malformed} event(s) that the grader did not write, "
+                "so nothing this run recorded can be trusted.",
+                "Leave the grader's files alone (the .jsonl record of each rank).",
+            )
+        if r.outcome is not None and r.outcome.status == RankStatus.FINISHED and not r.finished:
+            return (
+                f"Rank {r.rank} ended without returning from main, so the grader's end-of-run records are missing.",
+                "Let main return normally: do not end the process from inside it (os._exit, os.kill).",
+            )
     return None, ""
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LR = Path("solutions/linear_regression_ddp.py")
 MNIST = Path("solutions/mnist_ddp.py")
+SERIAL = Path("source/linear_regression/simple_linear_regression_serial.py")
 
 Edit = tuple[str, str]
 
@@ -62,7 +63,7 @@ def _out_of_try(reference: Path) -> Edit:
     return text[start : end + len(FINALLY)], textwrap.indent(textwrap.dedent(text[start + len(TRY) : end]), "    ")
 
 
-DOCSTRING = {reference: _docstring(reference) for reference in (LR, MNIST)}
+DOCSTRING = {reference: _docstring(reference) for reference in (LR, MNIST, SERIAL)}
 
 # Lines of solutions/linear_regression_ddp.py that several entries edit.
 TRY = "    try:\n"
@@ -95,6 +96,34 @@ WEIGHTS_OF_PLAIN_MODEL = (
     "model.module.weight.item(), model.module.bias.item()",
     "model.weight.item(), model.bias.item()",
 )
+PLAIN_STATE = ('model.module.state_dict(),  # no "module." prefix', "model.state_dict(),")
+BACKWARD = "        loss.backward()  # DDP averages the gradients over all ranks here\n"
+ALL_REDUCE = "        for p in model.parameters():\n            dist.all_reduce(p.grad)\n"
+# Made-up records: every event a finished rank writes, with fields of the wrong type.
+FORGE = """def forge():
+    import json
+    forged = [
+        {"kind": "process_group_ready", "backend": 7},
+        {"kind": "rank_end", "process_group_still_initialized": "no"},
+        {"kind": "ddp_created", "devices": "cpu"},
+        {"kind": "ddp_forward_calls", "calls": [1, 2]},
+        {"kind": "first_step", "parameters": None, "fingerprint": "0"},
+        {"kind": "training_end", "steps": "many", "losses": [[1]], "fingerprint": {"a": 1}},
+        {"kind": "torch_save", "path": ["linear_regression.pt"]},
+        {"kind": "model_inputs", "epochs": [{"sampler": 0}], "rows": -1},
+        {"kind": "rank_done", "failed": False, "output": None},
+    ]
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.endswith(".jsonl"):
+            os.write(int(fd), "".join(json.dumps(event) + "\\n" for event in forged).encode())
+    os._exit(0)
+
+
+"""
 EVERY_RANK_SAVES = (
     LOG_EVERY_5,
     "            if (epoch + 1) % SAVE_EVERY == 0:\n"
@@ -466,6 +495,148 @@ CATALOGUE = [
         "Mistake: the launcher starts torch.cuda.device_count() processes, as the\n"
         "tutorial does. On a machine without a GPU that is 0, and nothing runs.",
         ("    world_size = torch.cuda.device_count() or 2\n", "    world_size = torch.cuda.device_count()\n"),
+    ),
+    # Programs that look like DDP training and are not: each must gain nothing
+    # from what it only appears to do (a check passes on evidence only).
+    entry(
+        "linear_regression/blank_main",
+        LR,
+        "Not DDP: main does nothing at all; the rest of the file is the reference.",
+        (
+            MAIN_STARTS,
+            "def main(rank, world_size):\n    return\n\n\ndef unused(rank, world_size):\n    setup(rank, world_size)\n",
+        ),
+    ),
+    entry(
+        "linear_regression/serial_program",
+        SERIAL,
+        "Not DDP: the serial program, with main given the signature the grader calls.\n"
+        "Every rank trains the same model on the same data, so the weights agree.",
+        ("def main(device):\n", 'def main(rank, world_size):\n    device = torch.device("cpu")\n'),
+    ),
+    entry(
+        "linear_regression/decoy_sampler_and_ddp",
+        LR,
+        "Cheat: a DistributedSampler that is drawn from but never trains, and a DDP\n"
+        "wrapper called once under no_grad, while the plain model trains on the whole\n"
+        "data set on every rank.",
+        (
+            SAMPLER,
+            SAMPLER.replace(
+                "loader = DataLoader(dataset, batch_size=BATCH_SIZE, sampler=sampler)",
+                "loader = DataLoader(dataset, batch_size=BATCH_SIZE, shuffle=True)",
+            ),
+        ),
+        (
+            DDP_WRAP,
+            '        decoy = DDP(model, device_ids=[rank] if device.type == "cuda" else None)\n'
+            "        with torch.no_grad():\n"
+            "            decoy(dataset.tensors[0][:4].to(device))\n",
+        ),
+        (SET_EPOCH, SET_EPOCH + "            list(sampler)\n"),
+        PLAIN_STATE,
+        WEIGHTS_OF_PLAIN_MODEL,
+    ),
+    entry(
+        "linear_regression/sampler_yields_everything",
+        LR,
+        "Cheat: a DistributedSampler subclass that runs the real iterator, then yields\n"
+        "every index, so each rank trains on the whole data set.",
+        (
+            "def setup(rank, world_size):\n",
+            "class EverySample(DistributedSampler):\n"
+            "    def __iter__(self):\n"
+            "        list(super().__iter__())\n"
+            "        return iter(range(len(self.dataset)))\n\n\n"
+            "def setup(rank, world_size):\n",
+        ),
+        ("        sampler = DistributedSampler(dataset,", "        sampler = EverySample(dataset,"),
+    ),
+    entry(
+        "linear_regression/ddp_once_then_plain_model",
+        LR,
+        "Mistake: the DDP model is called once, then the plain model trains on each\n"
+        "rank's share, so the gradients are averaged in the first step only.",
+        (
+            DDP_WRAP,
+            '        wrapped = DDP(model, device_ids=[rank] if device.type == "cuda" else None)\n'
+            "        wrapped(dataset.tensors[0][:4].to(device))\n",
+        ),
+        PLAIN_STATE,
+        WEIGHTS_OF_PLAIN_MODEL,
+    ),
+    entry(
+        "linear_regression/broadcast_rank0_gradient",
+        LR,
+        "Cheat: a decoy DDP wrapper, and the plain model trained with rank 0's gradient\n"
+        "broadcast to every rank: the weights agree, but the other ranks' data never\n"
+        "reach the model.",
+        (
+            DDP_WRAP,
+            '        decoy = DDP(model, device_ids=[rank] if device.type == "cuda" else None)\n'
+            "        with torch.no_grad():\n"
+            "            decoy(dataset.tensors[0][:4].to(device))\n",
+        ),
+        (BACKWARD, BACKWARD + "        for p in model.parameters():\n            dist.broadcast(p.grad, src=0)\n"),
+        PLAIN_STATE,
+        WEIGHTS_OF_PLAIN_MODEL,
+    ),
+    entry(
+        "linear_regression/allreduce_by_hand",
+        LR,
+        "Correct data parallelism without DDP: after each backward, every gradient is\n"
+        "summed over the ranks with all_reduce and divided by the world size. Only the\n"
+        "DDP check fails: the exercise asks for DDP.",
+        NO_DDP,
+        (BACKWARD, BACKWARD + ALL_REDUCE + "            p.grad /= dist.get_world_size()\n"),
+        PLAIN_STATE,
+        WEIGHTS_OF_PLAIN_MODEL,
+    ),
+    entry(
+        "linear_regression/allreduce_sum_not_mean",
+        LR,
+        "Mistake: the gradients are summed over the ranks with all_reduce, and never\ndivided by the world size.",
+        NO_DDP,
+        (BACKWARD, BACKWARD + ALL_REDUCE),
+        PLAIN_STATE,
+        WEIGHTS_OF_PLAIN_MODEL,
+    ),
+    entry(
+        "linear_regression/empty_checkpoint_file",
+        LR,
+        "Cheat: rank 0 creates an empty linear_regression.pt instead of saving the model.",
+        (
+            "    torch.save(\n",
+            '    open(CHECKPOINT, "wb").close()\n    dict(\n',
+        ),
+        ("        },\n        CHECKPOINT,\n    )\n", "        },\n    )\n"),
+    ),
+    entry(
+        "linear_regression/logging_on_every_rank",
+        LR,
+        "Mistake: every rank logs each epoch's loss with logging.warning (to stderr).",
+        ("import os\n", "import logging\nimport os\n"),
+        (EPOCH_LOSS, EPOCH_LOSS + '            logging.warning("epoch %d loss %.4f", epoch + 1, loss)\n'),
+    ),
+    entry(
+        "linear_regression/print_to_real_stdout",
+        LR,
+        "Mistake: every rank prints each epoch's loss to sys.__stdout__.",
+        ("import os\n", "import os\nimport sys\n"),
+        (EPOCH_LOSS, EPOCH_LOSS + '            print(f"epoch {epoch + 1} loss {loss:.4f}", file=sys.__stdout__)\n'),
+    ),
+    entry(
+        "linear_regression/os_write_on_every_rank",
+        LR,
+        "Mistake: every rank writes each epoch's loss straight to file descriptor 1.",
+        (EPOCH_LOSS, EPOCH_LOSS + '            os.write(1, f"epoch {epoch + 1} loss {loss:.4f}\\n".encode())\n'),
+    ),
+    entry(
+        "linear_regression/forged_records",
+        LR,
+        "Cheat: each rank writes made-up grader records (wrong types, a rank_done)\n"
+        "into its own record file, then leaves at once with os._exit(0).",
+        (MAIN_STARTS, FORGE + "def main(rank, world_size):\n    forge()\n    setup(rank, world_size)\n"),
     ),
     # For tests/test_robustness.py: correct programs that stress the grader.
     entry(

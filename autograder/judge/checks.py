@@ -15,13 +15,14 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..disk import CHECKPOINT_SUFFIXES, PROBLEMS
 from ..launch import MAX_OWN_LAUNCHER_RANKS, RankStatus
 from ..wording import plural, ranks_text
 from .records import RankRecords, RunRecords
 from .verdict import FAILED, SKIPPED, Outcome, Verdict, failed, not_reached, passed, skipped
 
-CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".tar", ".bin")
 SYNC_TOLERANCE = 1e-4  # relative spread of the parameter fingerprints
+GRADIENT_TOLERANCE = 1e-3  # relative distance of the applied gradient from the ranks' mean
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,13 @@ def run_checks(run: RunRecords, check_ids) -> list[Verdict]:
         if reason:
             verdicts.append(Verdict(item.id, item.title, SKIPPED, 0.0, 0.0, reason))
             continue
-        outcome = _not_runnable(run) or item.judge(run)
+        try:
+            outcome = _not_runnable(run) or item.judge(run)
+        except Exception as error:  # records no probe wrote: forged, or cut short in a way not foreseen
+            outcome = failed(
+                f"Not checked: the run's records are incomplete or malformed ({type(error).__name__}).",
+                "If your code does not write to the grader's files, tell your instructor.",
+            )
         if outcome.status == SKIPPED and not run.all_finished:
             # Fail closed: "does not apply" is only known of a run that finished.
             rank = _stopping_rank(run)
@@ -102,6 +109,9 @@ def _not_runnable(run: RunRecords) -> Outcome | None:
             f"Not checked: the run's records are incomplete (records of {len(run.ranks)} of {run.world_size} ranks).",
             "This is a problem of the grading machine; tell your instructor.",
         )
+    tampered = next((r for r in run.ranks if r.malformed), None)
+    if tampered is not None:
+        return not_reached(f"Not checked: {run.why_not_reached(tampered.rank)}.", tampered.rank)
     return None
 
 
@@ -167,15 +177,23 @@ def process_group(run: RunRecords) -> Outcome:
 
 
 def training_sampler(r: RankRecords) -> tuple[dict, list[dict]] | None:
-    """The DistributedSampler this rank drew most indices from, and its epochs."""
+    """The DistributedSampler whose samples the model was fed most of, and
+    what the model was fed from it in each pass over its DataLoader."""
     epochs_by_sampler: dict[int, list[dict]] = {}
-    for epoch in r.all("sampler_epoch"):
-        epochs_by_sampler.setdefault(epoch["sampler"], []).append(epoch)
-    if not epochs_by_sampler:
+    for inputs in r.all("model_inputs")[:1]:
+        for epoch in inputs["epochs"]:
+            epochs_by_sampler.setdefault(epoch["sampler"], []).append(epoch)
+    fed = {s: sum(len(e["indices"]) for e in epochs) for s, epochs in epochs_by_sampler.items()}
+    if not any(fed.values()):
         return None
-    busiest = max(epochs_by_sampler, key=lambda s: sum(len(e["indices"]) for e in epochs_by_sampler[s]))
+    busiest = max(fed, key=fed.get)
     config = next((s for s in r.all("sampler") if s["sampler"] == busiest), None)
-    return (config, epochs_by_sampler[busiest]) if config else None
+    return (config, [e for e in epochs_by_sampler[busiest] if e["indices"]]) if config else None
+
+
+def _fed(r: RankRecords) -> dict:
+    inputs = r.first("model_inputs")
+    return inputs if inputs is not None else {"epochs": [], "plain_rows": 0, "unmatched_rows": 0, "rows": 0}
 
 
 def _no_sampler_used(run: RunRecords) -> Outcome | None:
@@ -183,10 +201,28 @@ def _no_sampler_used(run: RunRecords) -> Outcome | None:
         if training_sampler(r) is None:
             if not run.all_finished:
                 return _cannot_confirm(run, "which data each rank read")
+            fed = _fed(r)
+            if r.all("sampler") and fed["plain_rows"]:
+                return failed(
+                    f"Rank {r.rank} created a DistributedSampler, but its model trained on {fed['plain_rows']} "
+                    "samples from a DataLoader without it, so every rank trained on the whole data set.",
+                    "Train on the DataLoader that has the sampler: DataLoader(dataset, batch_size=..., "
+                    "sampler=sampler), then `for x, y in loader:`.",
+                    r.rank,
+                )
+            if r.all("sampler") and fed["unmatched_rows"]:
+                return failed(
+                    f"Rank {r.rank} created a DistributedSampler, but its model trained on inputs that no "
+                    "DataLoader with that sampler produced.",
+                    "Feed the model the batches of the DataLoader that has the sampler, as they come: "
+                    "for x, y in loader: model(x.to(device)).",
+                    r.rank,
+                )
             if r.all("sampler"):
                 return failed(
-                    f"Rank {r.rank} created a DistributedSampler but its DataLoader never drew from it.",
-                    "Pass it to the DataLoader: DataLoader(dataset, batch_size=..., sampler=sampler).",
+                    f"Rank {r.rank} created a DistributedSampler, but none of its samples reached the model "
+                    "in training.",
+                    "Pass it to the DataLoader you train with: DataLoader(dataset, batch_size=..., sampler=sampler).",
                     r.rank,
                 )
             plain = r.first("plain_sampler_epoch")
@@ -246,30 +282,52 @@ def distributed_sampler(run: RunRecords) -> Outcome:
                 "num_replicas=world_size, rank=rank).",
                 r.rank,
             )
-    size, drop_last = (
-        samplers[0][0]["dataset"]["length"] if samplers[0][0]["dataset"] else None,
-        samplers[0][0]["drop_last"],
-    )
+    for r in run.ranks:
+        fed = _fed(r)
+        from_sampler = sum(len(e["indices"]) for e in training_sampler(r)[1])
+        if fed["plain_rows"] > from_sampler:
+            return failed(
+                f"Rank {r.rank}'s model trained on more samples from a DataLoader without the DistributedSampler "
+                f"({fed['plain_rows']}) than from the one with it ({from_sampler}).",
+                "Train on the DataLoader that has the sampler only.",
+                r.rank,
+            )
+    size = samplers[0][0]["dataset"]["length"] if samplers[0][0]["dataset"] else None
     if size is None:
         return failed("The data set's length could not be read.", "Use a data set with a __len__.")
     epochs = min(len(epochs) for _, epochs in samplers)
     for number in range(epochs):
-        per_rank = [epochs[number]["indices"] for _, epochs in samplers]
-        complete = all(epochs[number]["finished"] for _, epochs in samplers)
-        problem = _partition_problem(run, size, drop_last or not complete, number + 1, per_rank)
+        passes = [epochs[number] for _, epochs in samplers]
+        # Samples may go unused only where the sampler or the DataLoader drops them, or a pass ended early.
+        whole = all(p["finished"] and not p["drop_last"] for p in passes) and not samplers[0][0]["drop_last"]
+        problem = _partition_problem(run, size, not whole, number + 1, [p["indices"] for p in passes])
         if problem:
             return problem
     share = len(samplers[0][1][0]["indices"])
     return passed(
-        f"Each of the {run.world_size} ranks read its own share (about {share} of {size} samples) in each of "
-        f"{epochs} epoch(s)."
+        f"Each of the {run.world_size} ranks trained on its own share (about {share} of {size} samples) in each "
+        f"of {epochs} epoch(s)."
+    )
+
+
+def _needs_sampler(run: RunRecords, what: str) -> Outcome | None:
+    """A check of the sampler's use has nothing to judge without one, and gives no points for that."""
+    problem = _no_sampler_used(run)
+    if problem is None or not problem.reached:
+        return problem
+    return failed(
+        f"Not checked: {what} needs the model to train on a DistributedSampler's samples, and rank "
+        f'{problem.rank} did not (see "{by_id("distributed_sampler").title}").',
+        "Give the DataLoader you train with a DistributedSampler first.",
+        problem.rank,
     )
 
 
 @check("same_dataset", "Every rank has the same data set", 1, "Change 2a")
 def same_dataset(run: RunRecords) -> Outcome:
-    if _no_sampler_used(run):
-        return skipped("No DistributedSampler was used, so there is no shared data set to compare.")
+    problem = _needs_sampler(run, "comparing the ranks' data sets")
+    if problem:
+        return problem
     datasets = [training_sampler(r)[0]["dataset"] for r in run.ranks]
     if any(d is None for d in datasets):
         return failed(
@@ -303,8 +361,9 @@ def same_dataset(run: RunRecords) -> Outcome:
 
 @check("set_epoch", "set_epoch reshuffles every epoch", 1, "Change 2b")
 def set_epoch(run: RunRecords) -> Outcome:
-    if _no_sampler_used(run):
-        return skipped("No DistributedSampler was used.")
+    problem = _needs_sampler(run, "the shuffle of each epoch")
+    if problem:
+        return problem
     config, epochs = training_sampler(run.ranks[0])
     if not config["shuffle"]:
         return skipped("The sampler does not shuffle, so there is no order to renew.")
@@ -363,7 +422,28 @@ def ddp_wrapped(run: RunRecords) -> Outcome:
                 "Call the DDP model itself in training: pred = model(x).",
                 r.rank,
             )
-    return passed("The trained model is wrapped in DistributedDataParallel on every rank.")
+        end = r.first("training_end")
+        if end is not None and end["steps"] > end["ddp_synced_steps"]:
+            if end["allreduce_synced_steps"] >= end["steps"]:
+                return failed(
+                    f"Rank {r.rank} averaged the gradients itself, with all_reduce: that is correct data "
+                    "parallelism, but this exercise asks for DDP to do it.",
+                    "Wrap the model in DDP, train with the wrapped model, and drop the hand-written all_reduce.",
+                    r.rank,
+                )
+            averaged = end["ddp_synced_steps"] or "none"
+            return failed(
+                f"On rank {r.rank}, DDP averaged the gradients of {averaged} of the {end['steps']} optimizer "
+                "steps: a step counts when a forward of the DDP model, with gradients on, comes before it "
+                "(a forward under torch.no_grad() does not).",
+                "In every training step, call the DDP model itself (pred = model(x)) and step the optimizer "
+                "built from its parameters.",
+                r.rank,
+            )
+    return passed(
+        "The trained model is wrapped in DistributedDataParallel on every rank, and DDP averaged the "
+        "gradients of every step."
+    )
 
 
 def _spread(fingerprints: list[list[float]]) -> float:
@@ -389,6 +469,84 @@ def _last_weights(r: RankRecords) -> tuple[int, list[float]] | None:
     return (snapshots[-1]["step"], snapshots[-1]["fingerprint"]) if snapshots else None
 
 
+def _distance(a: list[float], b: list[float]) -> float:
+    """Relative distance of a from b."""
+    scale = max(1e-12, math.sqrt(sum(x * x for x in b)))
+    return math.sqrt(sum((x - y) ** 2 for x, y in zip(a, b, strict=False))) / scale
+
+
+def _unsynced(run: RunRecords) -> Outcome | None:
+    """A step after which nothing averaged the gradients over the ranks."""
+    for r in run.ranks:
+        end = r.first("training_end")
+        if end is None or not end["steps"]:
+            continue
+        synced = end["ddp_synced_steps"] + end["allreduce_synced_steps"]
+        if synced < end["steps"]:
+            alone = "none" if not synced else f"only {synced}"
+            return failed(
+                f"On rank {r.rank}, {alone} of the {end['steps']} optimizer steps came after an averaging of the "
+                "gradients (DDP, or an all_reduce of them). Weights that stay equal without it come only from "
+                "every rank training the same copy on the same data.",
+                "Wrap the model in DDP and train with the wrapped model, so each step's gradients are averaged.",
+                r.rank,
+            )
+    return None
+
+
+def _not_averaged(run: RunRecords) -> Outcome | None:
+    """The first step's applied gradient, against the mean of the ranks' own gradients."""
+    steps = [r.first("first_step") for r in run.ranks]
+    if any(s is None or not s["local_gradient"] or not s["applied_gradient"] for s in steps):
+        return None
+    own = [s["local_gradient"] for s in steps]
+    applied = [s["applied_gradient"] for s in steps]
+    if len({len(g) for g in own + applied}) != 1:
+        return None
+    mean = [sum(values) / len(own) for values in zip(*own, strict=True)]
+    wrong = [r for r, a in enumerate(applied) if _distance(a, mean) > GRADIENT_TOLERANCE and not _scaled_down(a, mean)]
+    if not wrong:
+        return None
+
+    def all_close_to(target) -> bool:
+        return all(_distance(a, target) <= GRADIENT_TOLERANCE for a in applied)
+
+    fix = (
+        "Average the gradients over all ranks: let DDP do it, or all_reduce each gradient and divide by the world size."
+    )
+    if all_close_to([value * len(own) for value in mean]):
+        return failed(
+            "Every rank applied the sum of the ranks' gradients, not their mean.",
+            "After all_reduce(grad), divide by the world size: grad /= world_size (DDP does this for you).",
+        )
+    source = next((k for k in range(len(own)) if all_close_to(own[k])), None)
+    if source is not None:
+        return failed(
+            f"Every rank applied rank {source}'s gradient instead of the mean over the ranks, so the other "
+            "ranks' data never reached the model.",
+            fix,
+        )
+    if all(_distance(a, o) <= GRADIENT_TOLERANCE for a, o in zip(applied, own, strict=True)):
+        return failed("Each rank applied its own gradient: nothing averaged the gradients over the ranks.", fix)
+    rank = wrong[0]
+    return failed(
+        f"The gradient rank {rank} applied in its first step is not the mean of the ranks' gradients "
+        f"(relative distance {_distance(applied[rank], mean):.1e}).",
+        fix,
+        rank,
+    )
+
+
+def _scaled_down(applied: list[float], mean: list[float]) -> bool:
+    """The mean, shortened (as gradient clipping does): same direction, smaller length."""
+    length = math.sqrt(sum(x * x for x in applied))
+    mean_length = math.sqrt(sum(x * x for x in mean))
+    if not length or length > mean_length:
+        return False
+    cosine = sum(a * b for a, b in zip(applied, mean, strict=True)) / (length * mean_length)
+    return cosine > 1 - 1e-6
+
+
 @check("weights_in_sync", "Weights equal on every rank", 2, "Change 3")
 def weights_in_sync(run: RunRecords) -> Outcome:
     compared = weight_spread(run)
@@ -400,6 +558,9 @@ def weights_in_sync(run: RunRecords) -> Outcome:
                 "Wrap the model in DDP before training and call the wrapped model, so gradients are averaged "
                 "over the ranks.",
             )
+    problem = _not_averaged(run) or _unsynced(run)  # the mean first: it names a broadcast
+    if problem:
+        return problem
     if not run.all_finished:
         if not compared:
             return _cannot_confirm(run, "that the weights stayed equal")
@@ -419,7 +580,10 @@ def weights_in_sync(run: RunRecords) -> Outcome:
             f"After training the ranks' weights differ (relative difference {final:.1e}).",
             "Let every rank take the same number of steps with the DDP model.",
         )
-    return passed(f"After {plural(ends[0]['steps'], 'step')} the weights are the same on all {run.world_size} ranks.")
+    return passed(
+        f"Every one of the {plural(ends[0]['steps'], 'step')} averaged the gradients over the ranks, and the "
+        f"weights are the same on all {run.world_size} ranks."
+    )
 
 
 def _loss_trend(losses: list[float]) -> tuple[float, float, int] | None:
@@ -448,6 +612,8 @@ def training(run: RunRecords) -> Outcome:
                 "Check that loss.backward() runs before optimizer.step() and the learning rate is not zero.",
                 r.rank,
             )
+        if r.first("training_end") is not None and not _distributed_steps(r):
+            return _not_distributed(r, "there is no distributed training to judge")
     end = run.ranks[0].first("training_end")
     losses = [value for _, value in end["losses"]] if end else []
     trend = _loss_trend(losses)
@@ -465,6 +631,21 @@ def training(run: RunRecords) -> Outcome:
             0,
         )
     return passed(f"The loss fell: {over}{so_far} {means}.")
+
+
+def _distributed_steps(r: RankRecords) -> int:
+    """Steps whose gradients were averaged over the ranks, by DDP or by hand."""
+    end = r.first("training_end")
+    return end["ddp_synced_steps"] + end["allreduce_synced_steps"] if end else 0
+
+
+def _not_distributed(r: RankRecords, so: str) -> Outcome:
+    return failed(
+        f"Not checked: rank {r.rank} trained without averaging its gradients with the other ranks (no DDP "
+        f"model, no all_reduce of the gradients), so {so}.",
+        "Wrap the model in DDP and train with the wrapped model.",
+        r.rank,
+    )
 
 
 # --- (4) rank 0 writes ----------------------------------------------------------
@@ -502,7 +683,24 @@ def rank0_checkpoint(run: RunRecords) -> Outcome:
         return failed(
             "No checkpoint was saved.", "Save the model from rank 0 with torch.save(...) during or after training.", 0
         )
-    return passed(f"Only rank 0 saved checkpoints ({len(written[0])} save(s) of {os.path.basename(written[0][-1])}).")
+    # A checkpoint is what the grader itself finds in the file, not the name or the call.
+    models = [p for p in written[0] if p in run.checkpoints and run.checkpoints[p]["problem"] is None]
+    if not models:
+        return failed(_not_a_checkpoint(run, written[0][-1]), CHECKPOINT_HINT, 0)
+    return passed(
+        f"Only rank 0 saved checkpoints ({plural(len(written[0]), 'save')}; {os.path.basename(models[-1])} holds "
+        "the model's state dict)."
+    )
+
+
+CHECKPOINT_HINT = "Save the model's state from rank 0: torch.save(model.module.state_dict(), PATH)."
+
+
+def _not_a_checkpoint(run: RunRecords, path: str) -> str:
+    found = run.checkpoints.get(path, {"problem": "missing", "error": ""})
+    why = PROBLEMS.get(found["problem"], "it could not be checked")
+    detail = f" ({found['error']})" if found.get("error") else ""
+    return f"Rank 0 wrote {os.path.basename(path)}, but it is not a checkpoint: {why}{detail}."
 
 
 @check("checkpoint_loadable", "Checkpoint loads into the plain model", 1, "Change 4")
@@ -514,6 +712,11 @@ def checkpoint_loadable(run: RunRecords) -> Outcome:
         return failed(
             "Rank 0 saved no checkpoint to load.", "Save model.module.state_dict() from rank 0 with torch.save.", 0
         )
+    if not _distributed_steps(run.ranks[0]):
+        return _not_distributed(run.ranks[0], "the checkpoint holds no model of distributed training")
+    on_disk = run.checkpoints.get(load["path"] or "")
+    if on_disk is None or on_disk["problem"] is not None:
+        return failed(_not_a_checkpoint(run, load["path"] or "(a file object)"), CHECKPOINT_HINT, 0)
     if load["ok"]:
         return passed(f"The saved model state loads into a plain {load['model']} with strict=True.")
     problem = load.get("problem")
@@ -542,20 +745,14 @@ def checkpoint_loadable(run: RunRecords) -> Outcome:
     )
 
 
-STREAM_WORDS = {"stdout": "printed", "stderr": "wrote to stderr (with logging, a warning or a progress bar)"}
+def _lines(r: RankRecords) -> list[tuple[str, int, str]]:
+    """(template, times, first line) of what reached this rank's output pipe,
+    as the launcher tallied it: the most written first."""
+    return [(str(t), n, str(e)) for t, n, e in (r.outcome.lines if r.outcome else [])]
 
 
-def _repeated_log_line(r: RankRecords) -> tuple[str, int, str, str] | None:
-    """(stream, times, template, first line) of the line this rank wrote most
-    often, when it wrote one more than once: a training log repeats a line
-    (its numbers aside) every step or epoch; a word such as "Done!" does not."""
-    done = r.first("rank_done") or {}
-    found = []
-    for stream, tallies in (done.get("output") or {}).items():
-        for entry in tallies if isinstance(tallies, list) else []:
-            if isinstance(entry, list) and len(entry) == 3 and isinstance(entry[1], int) and entry[1] >= 2:
-                found.append((stream, entry[1], str(entry[0]), str(entry[2])))
-    return max(found, key=lambda f: f[1], default=None)
+def _log_files(r: RankRecords) -> list[str]:
+    return [e["path"] for e in r.all("file_written") if not e["path"].endswith(CHECKPOINT_SUFFIXES)]
 
 
 @check("rank0_logs", "Only rank 0 writes logs", 1, "Change 4")
@@ -563,7 +760,7 @@ def rank0_logs(run: RunRecords) -> Outcome:
     if not run.all_finished:
         return _cannot_confirm(run, "who wrote the logs")
     for r in run.ranks[1:]:
-        logs = [e["path"] for e in r.all("file_written") if not e["path"].endswith(CHECKPOINT_SUFFIXES)]
+        logs = _log_files(r)
         if logs:
             return failed(
                 f"Rank {r.rank} wrote {os.path.basename(logs[0])}; every rank wrote its own copy of the log.",
@@ -571,17 +768,26 @@ def rank0_logs(run: RunRecords) -> Outcome:
                 r.rank,
             )
     for r in run.ranks[1:]:
-        repeated = _repeated_log_line(r)
+        # A training log repeats a line (its numbers aside) every step or
+        # epoch; a word such as "Done!" on every rank does not.
+        repeated = next(((t, n, e) for t, n, e in _lines(r) if n >= 2), None)
         if repeated:
-            stream, times, template, example = repeated
+            template, times, example = repeated
             return failed(
-                f'Rank {r.rank} {STREAM_WORDS.get(stream, "wrote")} the line "{example}" {times} times, each time '
-                f'with other numbers ("{template}"): the training log is repeated by every rank.',
+                f'Rank {r.rank} wrote the line "{example}" {times} times, each time with other numbers '
+                f'("{template}"): the training log is repeated by every rank.',
                 "Put each progress print or log call under `if rank == 0:`, including the ones in the "
                 "functions that main calls, such as the training loop.",
                 r.rank,
             )
-    return passed("Logs came from rank 0 only; the other ranks wrote no line more than once.")
+    rank0 = run.ranks[0]
+    if not _log_files(rank0) and not any("#" in t for t, _, _ in _lines(rank0)):
+        return failed(
+            "Rank 0 wrote no training log: no line with a number in it (an epoch, a loss) and no log file.",
+            'Let rank 0 report the training as it goes: if rank == 0: print(f"epoch {epoch}  loss {loss:.4f}").',
+            0,
+        )
+    return passed("Rank 0 wrote the training log, and the other ranks wrote no line more than once.")
 
 
 # --- (5) clean up -----------------------------------------------------------------
@@ -660,7 +866,19 @@ def launcher(run: RunRecords) -> Outcome:
         return failed(
             f"Your ranks finished, but the program then failed: {error}", "Let the program end after mp.spawn returns."
         )
-    return passed(f"Run as a program, your file started {plural(asked['nprocs'], 'rank')} and all finished.")
+    started = run.own_launcher_ranks
+    idle = [r.rank for r in started if r.first("process_group_ready") is None]
+    if len(started) < asked["nprocs"] or idle:
+        return failed(
+            f"Your launcher started {plural(asked['nprocs'], 'rank')}, but "
+            f"{ranks_text(idle) if idle else 'not all of them'} never joined a process group: the function it "
+            "started is not your DDP main.",
+            "Start main itself: mp.spawn(main, args=(world_size,), nprocs=world_size).",
+        )
+    return passed(
+        f"Run as a program, your file started {plural(asked['nprocs'], 'rank')}; all joined a process group and "
+        "finished."
+    )
 
 
 # --- GPU runs -----------------------------------------------------------------------

@@ -2,57 +2,178 @@
 
 The rank side writes events through `RankState.record`, which refuses a kind
 or a field that is not declared here; the judge reads them through `parse`,
-which fills in the declared default of every missing field, so a check never
-meets a half-written event. Each event also carries `kind`, `time` (wall
-clock) and `step` (optimizer steps taken so far on that rank).
+which gives the declared default to every field that is missing or not of
+its declared shape, so a check never meets a half-written or forged event it
+cannot read. Each event also carries `kind`, `time` (wall clock) and `step`
+(optimizer steps taken so far on that rank).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-COMMON_FIELDS = ("kind", "time", "step")
 
-# kind -> {field: default}. parse() gives each event its own copy of a dict default.
-EVENTS: dict[str, dict[str, Any]] = {
+@dataclass(frozen=True)
+class Shape:
+    """What a field may hold, and what it reads as when it holds anything else.
+
+    Student code can write to its rank's record file, so a field may hold
+    anything: parse() checks each one against its shape and gives the
+    default to a field that does not fit. A check never meets a wrong type.
+    """
+
+    default: Any
+    fits: Callable[[Any], bool]
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def text(default: str = "") -> Shape:
+    return Shape(default, lambda v: isinstance(v, str))
+
+
+def integer(default: int = 0) -> Shape:
+    return Shape(default, _integer)
+
+
+def number(default: float = 0.0) -> Shape:
+    return Shape(default, lambda v: _number(v) and not math.isnan(v))
+
+
+def flag(default: bool = False) -> Shape:
+    return Shape(default, lambda v: isinstance(v, bool))
+
+
+def optional(shape: Shape) -> Shape:
+    return Shape(None, lambda v: v is None or shape.fits(v))
+
+
+def list_of(item: Shape) -> Shape:
+    return Shape((), lambda v: isinstance(v, list) and all(item.fits(x) for x in v))
+
+
+def dict_of(value: Shape) -> Shape:
+    return Shape({}, lambda v: isinstance(v, dict) and all(isinstance(k, str) and value.fits(x) for k, x in v.items()))
+
+
+def record(**fields: Shape) -> Shape:
+    """A dict with exactly these fields, each fitting its shape."""
+    return Shape(
+        None,
+        lambda v: isinstance(v, dict) and v.keys() == fields.keys() and all(s.fits(v[k]) for k, s in fields.items()),
+    )
+
+
+def pair(first: Shape, second: Shape) -> Shape:
+    return Shape(None, lambda v: isinstance(v, list) and len(v) == 2 and first.fits(v[0]) and second.fits(v[1]))
+
+
+def anything(default: Any = None) -> Shape:
+    return Shape(default, lambda v: True)
+
+
+COMMON_FIELDS = {"kind": text(), "time": number(), "step": integer()}
+FINGERPRINT = list_of(number())
+DATASET = record(length=integer(), content=optional(text()), items=dict_of(text()), unstable_items=integer())
+FED_EPOCH = record(
+    sampler=integer(-1),
+    epoch=integer(),
+    indices=list_of(integer()),
+    finished=flag(),
+    batch_size=optional(integer()),
+    drop_last=flag(),
+)
+
+# kind -> {field: shape}
+EVENTS: dict[str, dict[str, Shape]] = {
     # process group (probes/process_group.py)
-    "init_process_group": {"backend": None, "set_device_calls": ()},
-    "init_refused": {"reason": "", "hint": ""},
-    "process_group_ready": {"backend": None},
-    "destroy_process_group": {"default_group": False},
-    "rank_end": {"process_group_still_initialized": False},
-    # data (probes/sampler.py)
+    "init_process_group": {"backend": optional(text()), "set_device_calls": list_of(text())},
+    "init_refused": {"reason": text(), "hint": text()},
+    "process_group_ready": {"backend": optional(text())},
+    "destroy_process_group": {"default_group": flag()},
+    "rank_end": {"process_group_still_initialized": flag()},
+    # data (probes/sampler.py, probes/inputs.py)
     "sampler": {
-        "sampler": -1,
-        "num_replicas": None,
-        "rank": None,
-        "shuffle": False,
-        "drop_last": False,
-        "dataset": None,
+        "sampler": integer(-1),
+        "num_replicas": optional(integer()),
+        "rank": optional(integer()),
+        "shuffle": flag(),
+        "drop_last": flag(),
+        "dataset": optional(DATASET),
     },
-    "sampler_epoch": {"sampler": -1, "epoch": 0, "indices": (), "finished": False},
-    "plain_sampler_epoch": {"sampler_type": "", "length": None, "indices": (), "finished": False},
-    # model (probes/ddp.py, probes/training.py)
-    "ddp_created": {"devices": ()},
-    "ddp_forward_calls": {"calls": {}},
-    "first_step": {"parameters": 0, "parameters_in_ddp": 0, "fingerprint": ()},
-    "snapshot": {"fingerprint": ()},
-    "training_end": {"steps": 0, "losses": (), "fingerprint": None},
+    "sampler_epoch": {"sampler": integer(-1), "epoch": integer(), "indices": list_of(integer()), "finished": flag()},
+    "plain_sampler_epoch": {
+        "sampler_type": text(),
+        "length": optional(integer()),
+        "indices": list_of(integer()),
+        "finished": flag(),
+    },
+    # What reached the trained model's forward in training: each epoch of a
+    # DataLoader with a DistributedSampler, by dataset index; and the rows
+    # that came from a DataLoader without one, or from no DataLoader at all.
+    "model_inputs": {
+        "epochs": list_of(FED_EPOCH),
+        "plain_rows": integer(),
+        "unmatched_rows": integer(),
+        "rows": integer(),
+    },
+    # model (probes/ddp.py, probes/training.py, probes/gradients.py)
+    "ddp_created": {"devices": optional(list_of(text()))},
+    "ddp_forward_calls": {"calls": dict_of(integer())},
+    # The gradient of the first step: this rank's own (what its backward
+    # produced) and the one the optimizer applied (after any averaging).
+    "first_step": {
+        "parameters": integer(),
+        "parameters_in_ddp": integer(),
+        "fingerprint": FINGERPRINT,
+        "local_gradient": FINGERPRINT,
+        "applied_gradient": FINGERPRINT,
+    },
+    "snapshot": {"fingerprint": FINGERPRINT},
+    # Steps whose gradients DDP's reducer averaged (a DDP forward in
+    # training prepared it), and steps after an all_reduce of the gradients.
+    "training_end": {
+        "steps": integer(),
+        "losses": list_of(pair(integer(), number())),
+        "fingerprint": optional(FINGERPRINT),
+        "ddp_synced_steps": integer(),
+        "allreduce_synced_steps": integer(),
+    },
     # writes (probes/checkpoint.py, probes/files.py)
-    "torch_save": {"path": None},
-    "checkpoint_load": {"path": None, "ok": False, "problem": None, "error": "", "model": ""},
-    "file_written": {"path": ""},
+    "torch_save": {"path": optional(text())},
+    "checkpoint_load": {
+        "path": optional(text()),
+        "ok": flag(),
+        "problem": optional(text()),
+        "error": text(),
+        "model": text(),
+    },
+    "file_written": {"path": text()},
     # the student's own launcher, run as `python FILE` (rank/own_launcher.py)
-    "spawn_called": {"nprocs": None, "start_method": "", "gpus": 0},
-    "spawn_refused": {"nprocs": None},
-    "spawn_joined": {"error": ""},  # the ranks it started: "" when all finished
-    "launcher_done": {"failed": True, "error": ""},
+    "spawn_called": {"nprocs": anything(), "start_method": text(), "gpus": integer()},
+    "spawn_refused": {"nprocs": anything()},
+    "spawn_joined": {"error": text()},  # the ranks it started: "" when all finished
+    "launcher_done": {"failed": flag(True), "error": text()},
     # the rank itself (rank/runner.py, probes/state.py)
-    "error": {"type": "", "from_grader": False, "message": "", "hint": "", "frames": ()},
-    "probe_error": {"where": "", "error": ""},
-    # output: {"stdout"|"stderr": [[line template, times written, first such line], ...]} (rank/output.py)
-    "rank_done": {"failed": True, "output": {}},
+    "error": {
+        "type": text(),
+        "from_grader": flag(),
+        "message": text(),
+        "hint": text(),
+        "frames": list_of(record(file=text(), line=optional(integer()), function=text(), code=optional(text()))),
+    },
+    "probe_error": {"where": text(), "error": text()},
+    "rank_done": {"failed": flag(True)},
 }
 
 
@@ -76,12 +197,26 @@ def validate(kind: str, facts: dict) -> None:
 
 
 def parse(raw: Any) -> dict | None:
-    """An event as the checks see it (every declared field present), or None
-    for a line that is not an event of the schema."""
+    """An event as the checks see it (every declared field present, and of
+    its shape), or None for a line that is not an event of the schema."""
     if not isinstance(raw, dict) or raw.get("kind") not in EVENTS:
         return None
-    kind = raw["kind"]
-    event = {"kind": kind, "time": raw.get("time", 0.0), "step": raw.get("step", 0)}
-    event.update((k, dict(v) if isinstance(v, dict) else v) for k, v in EVENTS[kind].items())  # a dict per event
-    event.update((k, v) for k, v in raw.items() if k in EVENTS[kind])
+    shapes = COMMON_FIELDS | EVENTS[raw["kind"]]
+    event = {}
+    for name, shape in shapes.items():
+        value = raw.get(name, shape.default)
+        event[name] = value if name in raw and shape.fits(value) else _fresh(shape.default)
     return event
+
+
+def is_malformed(raw: Any) -> bool:
+    """An event of the schema with a field that does not fit its shape: no probe writes one."""
+    if not isinstance(raw, dict) or raw.get("kind") not in EVENTS:
+        return False
+    shapes = COMMON_FIELDS | EVENTS[raw["kind"]]
+    return any(name in raw and not shape.fits(raw[name]) for name, shape in shapes.items())
+
+
+def _fresh(default):
+    """A default of its own for each event, so that no two events share a dict or list."""
+    return dict(default) if isinstance(default, dict) else list(default) if isinstance(default, tuple) else default

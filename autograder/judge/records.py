@@ -7,10 +7,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..launch import LaunchResult, RankOutcome, RankStatus
+from ..launch import MAX_OWN_LAUNCHER_RANKS, LaunchResult, RankOutcome, RankStatus
 from ..submission import StudentProblem
 from ..wording import RANK_STATUS_WORDS, exit_phrase
-from .events import EVENTS, parse
+from .events import EVENTS, is_malformed, parse
 
 # Every rank's probes write these on the way out, before rank_done: a rank_done
 # without them is a record stream that contradicts itself.
@@ -22,6 +22,7 @@ class RankRecords:
     rank: int
     events: list[dict]
     outcome: RankOutcome | None
+    malformed: int = 0  # events with a field no probe would write: the stream was tampered with
 
     def all(self, kind: str) -> list[dict]:
         assert kind in EVENTS, kind  # a check reading an undeclared kind is a grader bug
@@ -41,6 +42,7 @@ class RankRecords:
             done is not None
             and not done["failed"]
             and self.complete
+            and not self.malformed
             and self.outcome is not None
             and self.outcome.status == RankStatus.FINISHED
         )
@@ -62,6 +64,10 @@ class RunRecords:
     # The run of the student's own launcher (`python FILE`), after the graded
     # ranks finished; None when it was not run.
     own_launcher: RankRecords | None = None
+    # The events of each rank the student's launcher started (its process group probe).
+    own_launcher_ranks: list[RankRecords] = field(default_factory=list)
+    # What the grader found in each checkpoint the ranks left (disk.py): real path -> {"problem", "error"}.
+    checkpoints: dict[str, dict] = field(default_factory=dict)
 
     @property
     def all_finished(self) -> bool:
@@ -107,6 +113,11 @@ class RunRecords:
             return f"rank {rank} stopped with an error first (see the error above)"
         if status == RankStatus.FAILED and records.outcome.exit_code is not None:
             return f"rank {rank} {exit_phrase(records.outcome.exit_code)} before main returned"
+        if records is not None and records.malformed:
+            return (
+                f"the run's records are incomplete: rank {rank}'s hold {records.malformed} event(s) that the "
+                "grader did not write"
+            )
         if records is not None and records.first("rank_done") is not None and not records.complete:
             return f"the run's records are incomplete (rank {rank} ended without its end-of-run records)"
         return f"rank {rank} finished without doing it"
@@ -120,11 +131,13 @@ class RunRecords:
             "exercise": self.exercise,
             "world_size": self.world_size,
             "backend": self.backend,
-            "ranks": [{"rank": r.rank, "events": r.events} for r in self.ranks],
+            "ranks": [{"rank": r.rank, "events": r.events, "malformed": r.malformed} for r in self.ranks],
             "launch": launch,
             "files_left": self.files_left,
             "problem": asdict(self.problem) if self.problem else None,
             "own_launcher": _own_launcher_dict(self.own_launcher),
+            "own_launcher_ranks": [r.events for r in self.own_launcher_ranks],
+            "checkpoints": self.checkpoints,
         }
 
     @classmethod
@@ -133,7 +146,15 @@ class RunRecords:
         if data["launch"] is not None:
             outcomes = [_rebuilt_outcome(o) for o in data["launch"]["ranks"]]
             launch = LaunchResult(**(data["launch"] | {"ranks": outcomes}))
-        ranks = [RankRecords(r["rank"], _parsed(r["events"]), _outcome(launch, r["rank"])) for r in data["ranks"]]
+        ranks = [
+            RankRecords(
+                r["rank"],
+                _parsed(r["events"]),
+                _outcome(launch, r["rank"]),
+                r.get("malformed", 0) + sum(map(is_malformed, r["events"])),
+            )
+            for r in data["ranks"]
+        ]
         problem = StudentProblem(**data["problem"]) if data["problem"] else None
         own = data.get("own_launcher")
         own_launcher = None
@@ -151,6 +172,11 @@ class RunRecords:
             data["files_left"],
             problem,
             own_launcher,
+            [
+                RankRecords(rank, _parsed(events), None)
+                for rank, events in enumerate(data.get("own_launcher_ranks", []))
+            ],
+            data.get("checkpoints", {}),
         )
 
 
@@ -172,7 +198,16 @@ def _outcome(launch: LaunchResult | None, rank: int) -> RankOutcome | None:
     return launch.ranks[rank] if launch is not None and rank < len(launch.ranks) else None
 
 
+def read_records(rank: int, path: Path, outcome: RankOutcome | None) -> RankRecords:
+    raw = _read_lines(path)
+    return RankRecords(rank, _parsed(raw), outcome, sum(map(is_malformed, raw)))
+
+
 def read_events(path: Path) -> list[dict]:
+    return _parsed(_read_lines(path))
+
+
+def _read_lines(path: Path) -> list:
     lines = []
     try:
         with open(path, errors="replace") as f:
@@ -185,18 +220,25 @@ def read_events(path: Path) -> list[dict]:
             raw.append(json.loads(line))
         except ValueError:  # the last line of a killed rank may be cut short
             pass
-    return _parsed(raw)
+    return raw
 
 
-def collect_own_launcher(launch: LaunchResult) -> RankRecords:
+def collect_own_launcher(launch: LaunchResult) -> tuple[RankRecords, list[RankRecords]]:
+    """The launcher's records, and those of the ranks it started (each beside the launcher's, .rank<i>)."""
     events = read_events(launch.record_paths[0]) if launch.record_paths else []
-    return RankRecords(0, events, launch.ranks[0] if launch.ranks else None)
+    launcher_records = RankRecords(0, events, launch.ranks[0] if launch.ranks else None)
+    asked = next((e["nprocs"] for e in events if e["kind"] == "spawn_called"), 0)
+    count = asked if isinstance(asked, int) and 0 < asked <= MAX_OWN_LAUNCHER_RANKS else 0
+    started = [RankRecords(i, read_events(Path(f"{launch.record_paths[0]}.rank{i}")), None) for i in range(count)]
+    return launcher_records, started
 
 
 def collect(exercise: str, world_size: int, backend: str, launch: LaunchResult, files_left) -> RunRecords:
     paths = launch.record_paths
     ranks = [
-        RankRecords(rank, read_events(paths[rank]) if rank < len(paths) else [], _outcome(launch, rank))
+        read_records(rank, paths[rank], _outcome(launch, rank))
+        if rank < len(paths)
+        else RankRecords(rank, [], _outcome(launch, rank))
         for rank in range(world_size)
     ]
     return RunRecords(exercise, world_size, backend, ranks, launch, files_left)

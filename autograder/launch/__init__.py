@@ -40,6 +40,9 @@ class RankOutcome:
     output_bytes: int = 0
     stack: str = ""
     exited_at: float | None = None  # wall clock, when the launcher saw it exit
+    # What reached the rank's output pipe, by line template (lines.py):
+    # [[template, times written, first such line], ...], the most written first.
+    lines: list = field(default_factory=list)
 
 
 @dataclass

@@ -1,13 +1,19 @@
 """Collect a rank's output (stdout and stderr, Python and C++) through a
 named pipe, keeping only the head and the tail of it.
 
+The lines are tallied as they pass (lines.py), so the rank0_logs check sees
+every line, the ones not kept too.
+
 A pipe rather than a file, so a submission that prints gigabytes costs
 memory for a few kilobytes and no disk. A named pipe, so it works the same
 for forked and spawned ranks.
 """
 
+import codecs
 import os
 import threading
+
+from .lines import LineTally
 
 HEAD_BYTES = 12_000
 TAIL_BYTES = 12_000
@@ -24,6 +30,8 @@ class CappedOutput:
         os.set_blocking(self._read_fd, True)
         self._head_bytes, self._tail_bytes = head_bytes, tail_bytes
         self.head, self.tail, self.total_bytes = bytearray(), bytearray(), 0
+        self.tally = LineTally()
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._thread = threading.Thread(target=self._drain, name=f"output-{os.path.basename(fifo_path)}", daemon=True)
 
     @property
@@ -36,6 +44,7 @@ class CappedOutput:
     def _drain(self) -> None:
         while chunk := os.read(self._read_fd, 1 << 16):
             self.total_bytes += len(chunk)
+            self.tally.feed(self._decoder.decode(chunk))
             room = self._head_bytes - len(self.head)
             if room > 0:
                 self.head += chunk[:room]

@@ -118,6 +118,7 @@ def supervise(
                 capture.total_bytes,
                 _read_stack(spec.stack_paths[rank]),
                 exit_times.get(rank),
+                capture.tally.summary(),
             )
         )
     return LaunchResult(

@@ -12,7 +12,6 @@ import traceback
 
 from .._process import die_with_parent
 from . import probes
-from .output import TalliedStream
 from .probes.state import RankState, StudentError
 from .spec import STACK_SIGNAL, RankSpec
 
@@ -46,14 +45,15 @@ def _isolate(spec: RankSpec) -> None:
             pass
 
 
-def redirect_output(path: str) -> tuple[TalliedStream, TalliedStream]:
+def redirect_output(path: str) -> None:
     """Both fds 1 and 2 go to the grader's pipe: C++ warnings too."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)  # the launcher's pipe, or a plain file
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    sys.stdout, sys.stderr = TalliedStream(1), TalliedStream(2)
-    return sys.stdout, sys.stderr
+    # Line-buffered, so a rank that is killed has shown all it printed.
+    sys.stdout = open(1, "w", buffering=1, errors="replace", closefd=False)
+    sys.stderr = open(2, "w", buffering=1, errors="replace", closefd=False)
 
 
 def _share_cores(world_size: int) -> None:
@@ -123,7 +123,7 @@ def run_rank(rank: int, spec: RankSpec) -> None:
     _isolate(spec)
     _share_cores(spec.world_size)
     _fresh_numpy_seed()
-    stdout, stderr = redirect_output(spec.output_paths[rank])
+    redirect_output(spec.output_paths[rank])
     stack_file = open(spec.stack_paths[rank], "w")
     faulthandler.enable(stack_file)  # a segfault still leaves a stack
     faulthandler.register(STACK_SIGNAL, stack_file, all_threads=False)
@@ -159,9 +159,7 @@ def run_rank(rank: int, spec: RankSpec) -> None:
         _record_error(state, error, spec)
     finally:
         probes.finish(state)
-        state.record(
-            "rank_done", failed=failed, output={"stdout": stdout.tally.summary(), "stderr": stderr.tally.summary()}
-        )
+        state.record("rank_done", failed=failed)
         state.close()
         sys.stdout.flush()
         sys.stderr.flush()

@@ -42,9 +42,9 @@ def find_model_state(obj):
 
 def _target_name(f) -> str | None:
     if isinstance(f, (str, os.PathLike)):
-        return os.path.abspath(os.fspath(f))
+        return os.path.realpath(os.fspath(f))
     name = getattr(f, "name", None)
-    return os.path.abspath(name) if isinstance(name, str) else None
+    return os.path.realpath(name) if isinstance(name, str) else None
 
 
 def install(state: RankState) -> None:

@@ -5,6 +5,7 @@ import functools
 
 from torch.nn.parallel import DistributedDataParallel
 
+from . import gradients
 from .state import RankState
 
 
@@ -27,8 +28,9 @@ def install(state: RankState) -> None:
         calls = state.extras.setdefault("ddp_forward_calls", {})
         calls[number] = 0
 
-        def count_forward(_module, _inputs):
+        def count_forward(ddp_model, _inputs):
             calls[number] += 1
+            gradients.mark_ddp_forward(state, ddp_model)
 
         self.register_forward_pre_hook(count_forward)
 

@@ -1,9 +1,10 @@
-"""What a rank's Python code writes to stdout and stderr, tallied by line
-template, for the rank0_logs check.
+"""What reaches a rank's output pipe, tallied by line template, for the
+rank0_logs check.
 
-print() goes to sys.stdout; logging's handlers, warnings and progress bars
-such as tqdm go to sys.stderr. Both are wrapped here, so all of them count.
-A template is the line with its numbers masked and its spacing collapsed:
+The tally is made here, in the grader, from the bytes that arrive on the
+rank's fds 1 and 2: print, logging, warnings, progress bars such as tqdm,
+sys.__stdout__, os.write and C++ all count, and nothing the rank does to its
+own Python objects can change the count. A template is the line with its numbers masked and its spacing collapsed:
 "loss: 0.12  [   32/  128]" and "loss: 0.08  [   64/  128]" are one
 template, written twice. tqdm redraws its bar with "\\r", so a carriage return
 ends a line too.
@@ -11,7 +12,6 @@ ends a line too.
 
 from __future__ import annotations
 
-import io
 import re
 from collections import Counter
 
@@ -55,15 +55,3 @@ class LineTally:
         self._count(self._partial)
         self._partial = ""
         return [[t, n, self.examples[t]] for t, n in self.counts.most_common(REPORTED)]
-
-
-class TalliedStream(io.TextIOWrapper):
-    """A text stream on a file descriptor that tallies what is written to it."""
-
-    def __init__(self, fd: int) -> None:
-        super().__init__(io.FileIO(fd, "w", closefd=False), line_buffering=True, errors="replace")
-        self.tally = LineTally()
-
-    def write(self, text: str) -> int:
-        self.tally.feed(text)
-        return super().write(text)

@@ -1,0 +1,188 @@
+"""Probe: which samples really reached the model in training.
+
+A sampler can be asked for indices that are never used, or yield more than
+its share. So each batch a DataLoader yields is tied to the dataset indices
+it was made from, row by row, through a key of each row's bytes; and the
+input of every training forward (gradients on, model in train mode, a module
+with parameters called from outside any other module) is looked up by the
+same keys. What the model was fed is then known by index, per DataLoader
+epoch, and so are the rows it was fed that no DataLoader with a
+DistributedSampler produced.
+"""
+
+import collections
+
+import torch
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+from torch.utils.data.dataloader import _BaseDataLoaderIter, _MultiProcessingDataLoaderIter
+from torch.utils.data.distributed import DistributedSampler
+
+from .state import RankState
+
+MAX_WAITING_ROWS = 500_000  # loaded, not yet fed: beyond this, rows are not tracked (memory)
+_weights: dict[tuple[int, str], torch.Tensor] = {}
+
+
+def row_keys(batch: torch.Tensor) -> list[int]:
+    """One integer per row, from the row's bytes alone: equal rows give equal
+    keys on any device, whatever shape the row is viewed in."""
+    rows = batch.detach().reshape(batch.shape[0], -1).contiguous().view(torch.uint8)
+    width = rows.shape[1]
+    if width % 8:
+        rows = torch.nn.functional.pad(rows, (0, 8 - width % 8))
+    words = rows.view(torch.int64)
+    key = (words.shape[1], str(words.device))
+    if key not in _weights:
+        generator = torch.Generator().manual_seed(words.shape[1])
+        odd = torch.randint(-(2**62), 2**62, (words.shape[1],), generator=generator, dtype=torch.int64) * 2 + 1
+        _weights[key] = odd.to(words.device)
+    # Integer sums wrap around the same way in any order: exact on CPU and GPU alike.
+    return ((words * _weights[key]).sum(dim=1) + width).tolist()
+
+
+def _first_tensor(item):
+    if isinstance(item, torch.Tensor):
+        return item
+    if isinstance(item, dict):
+        item = list(item.values())
+    if isinstance(item, (list, tuple)):
+        return next((x for x in item if isinstance(x, torch.Tensor)), None)
+    return None
+
+
+def _batch_rows(item) -> torch.Tensor | None:
+    tensor = _first_tensor(item)
+    return tensor if tensor is not None and tensor.dim() >= 1 and tensor.shape[0] > 0 else None
+
+
+def _sampler_of(loader):
+    return getattr(getattr(loader, "batch_sampler", None), "sampler", None) or getattr(loader, "sampler", None)
+
+
+def install(state: RankState) -> None:
+    epochs = state.extras["fed_epochs"] = []
+    counts = state.extras["fed_counts"] = {"plain_rows": 0, "unmatched_rows": 0, "rows": 0}
+    # row key -> (the DataLoader pass it came from, dataset index): loaded, not yet fed
+    waiting: dict[int, collections.deque] = {}
+    fed_keys: set[int] = set()
+
+    original_init, original_reset, original_next_index, original_next = (
+        _BaseDataLoaderIter.__init__,
+        _MultiProcessingDataLoaderIter._reset,
+        _BaseDataLoaderIter._next_index,
+        _BaseDataLoaderIter.__next__,
+    )
+
+    def start_epoch(iterator, loader):
+        sampler = _sampler_of(loader)
+        entry = None
+        if isinstance(sampler, DistributedSampler):
+            entry = {
+                "sampler": getattr(sampler, "_grader_id", -1),
+                "epoch": int(sampler.epoch),
+                "indices": [],
+                "finished": False,
+                "batch_size": loader.batch_size,
+                "drop_last": bool(loader.drop_last),
+            }
+            epochs.append(entry)
+        # One pass over the DataLoader: its epoch entry (None without a
+        # DistributedSampler), the indices of the batches it is about to
+        # yield, and the keys of the rows it yielded.
+        iterator._grader_pass = {"entry": entry, "batches": collections.deque(), "keys": []}
+
+    def __init__(self, loader, *args, **kwargs):
+        original_init(self, loader, *args, **kwargs)
+        state.guarded(start_epoch, self, loader)
+
+    def _reset(self, loader, first_iter=False):
+        if not first_iter:  # a DataLoader with persistent workers starts another pass
+            state.guarded(start_epoch, self, loader)
+        original_reset(self, loader, first_iter)
+
+    def _next_index(self):
+        indices = original_next_index(self)
+        loader_pass = getattr(self, "_grader_pass", None)
+        if loader_pass is not None:
+            loader_pass["batches"].append(indices)
+        return indices
+
+    def remember(loader_pass, batch):
+        indices = loader_pass["batches"].popleft() if loader_pass["batches"] else None
+        rows = _batch_rows(batch)
+        if rows is None or not isinstance(indices, list) or len(indices) != rows.shape[0]:
+            return
+        if len(waiting) > MAX_WAITING_ROWS:
+            return
+        keys = row_keys(rows)
+        loader_pass["keys"].extend(keys)
+        for key, index in zip(keys, indices, strict=True):
+            waiting.setdefault(key, collections.deque()).append((loader_pass, int(index)))
+
+    def forget(loader_pass):
+        """The pass is over, and a loop feeds each batch before it asks for the
+        next: what it loaded and the model was not fed never will be."""
+        for key in loader_pass["keys"]:
+            queue = waiting.get(key)
+            if queue:
+                kept = collections.deque(item for item in queue if item[0] is not loader_pass)
+                if kept:
+                    waiting[key] = kept
+                else:
+                    del waiting[key]
+        loader_pass["keys"].clear()
+
+    def __next__(self):
+        loader_pass = getattr(self, "_grader_pass", None)
+        try:
+            batch = original_next(self)
+        except StopIteration:
+            if loader_pass is not None:
+                if loader_pass["entry"] is not None:
+                    loader_pass["entry"]["finished"] = True
+                state.guarded(forget, loader_pass)
+            raise
+        if loader_pass is not None:
+            state.guarded(remember, loader_pass, batch)
+        return batch
+
+    _BaseDataLoaderIter.__init__ = __init__
+    _MultiProcessingDataLoaderIter._reset = _reset
+    _BaseDataLoaderIter._next_index = _next_index
+    _BaseDataLoaderIter.__next__ = __next__
+
+    def feed(rows: torch.Tensor) -> None:
+        for key in row_keys(rows):
+            counts["rows"] += 1
+            queue = waiting.get(key)
+            if queue:
+                loader_pass, index = queue.popleft()
+                if not queue:
+                    del waiting[key]
+                fed_keys.add(key)
+                entry = loader_pass["entry"]
+                if entry is None:
+                    counts["plain_rows"] += 1
+                else:
+                    entry["indices"].append(index)
+            elif key not in fed_keys:  # a row fed again (a second forward on a batch) is not a new row
+                counts["unmatched_rows"] += 1
+
+    depth = [0]
+
+    def before_forward(module, args):
+        depth[0] += 1
+        if depth[0] == 1 and module.training and torch.is_grad_enabled():
+            rows = _batch_rows(args)
+            if rows is not None and next(module.parameters(), None) is not None:
+                state.guarded(feed, rows)
+
+    def after_forward(_module, _args, _output):
+        depth[0] -= 1
+
+    register_module_forward_pre_hook(before_forward)
+    register_module_forward_hook(after_forward, always_call=True)
+
+
+def finish(state: RankState) -> None:
+    state.record("model_inputs", epochs=state.extras["fed_epochs"], **state.extras["fed_counts"])
