@@ -612,13 +612,6 @@ CATALOGUE = [
         ("        },\n        CHECKPOINT,\n    )\n", "        },\n    )\n"),
     ),
     entry(
-        "linear_regression/logging_on_every_rank",
-        LR,
-        "Mistake: every rank logs each epoch's loss with logging.warning (to stderr).",
-        ("import os\n", "import logging\nimport os\n"),
-        (EPOCH_LOSS, EPOCH_LOSS + '            logging.warning("epoch %d loss %.4f", epoch + 1, loss)\n'),
-    ),
-    entry(
         "linear_regression/print_to_real_stdout",
         LR,
         "Mistake: every rank prints each epoch's loss to sys.__stdout__.",

@@ -24,7 +24,6 @@ LR, MNIST = "linear_regression", "mnist"
 REFERENCES = {name: ROOT / exercise.solution for name, exercise in EXERCISES.items()}
 
 CPU_RUN = frozenset({"gpu_device"})  # cannot apply on a CPU run: 0 of 0 points, even after a crash
-WITHOUT_SAMPLER = CPU_RUN | {"same_dataset", "set_epoch"}  # nothing to compare, nothing to reshuffle
 
 
 @dataclass(frozen=True)
@@ -81,6 +80,17 @@ TRAINED_BEFORE_THE_CRASH = (
     "weights_in_sync",
     "training",
 )
+# Without a sampler in training, the checks of its use have nothing to judge, and give no points.
+WITHOUT_SAMPLER = {
+    "same_dataset": Says("Not checked: comparing the ranks' data sets needs", hint="DistributedSampler first"),
+    "set_epoch": Says("Not checked: the shuffle of each epoch needs", hint="DistributedSampler first"),
+}
+# Without any averaging of the gradients, there is no distributed training to judge.
+NOT_DISTRIBUTED = {
+    "training": Says("no distributed training to judge", hint="Wrap the model in DDP"),
+    "checkpoint_loadable": Says("holds no model of distributed training", hint="Wrap the model in DDP"),
+}
+NONE_AVERAGED = Says("none of the", hint="Wrap the model in DDP")
 DEVICE_COUNT_SLIP = Says("asked for 0 processes: torch.cuda.device_count() is 0", hint="torch.cuda.device_count() or 2")
 
 TABLE = [
@@ -112,13 +122,13 @@ TABLE = [
         **stopped_early(),
     ),
     # (2) the data
-    case(LR, "no_sampler", skipped=WITHOUT_SAMPLER, distributed_sampler="without a DistributedSampler"),
+    case(LR, "no_sampler", distributed_sampler="without a DistributedSampler", **WITHOUT_SAMPLER),
     case(LR, "sampler_wrong_rank", distributed_sampler="set up as rank 0 of 1, not rank 0 of 2"),
     case(
         LR,
         "sampler_unused",
-        skipped=WITHOUT_SAMPLER,
-        distributed_sampler=Says("never drew from it", hint="sampler=sampler"),
+        distributed_sampler=Says("samples from a DataLoader without it", hint="sampler=sampler"),
+        **WITHOUT_SAMPLER,
     ),
     case(LR, "no_set_epoch", set_epoch=Says("set_epoch was never called", hint="sampler.set_epoch(epoch)")),
     case(
@@ -140,26 +150,48 @@ TABLE = [
     ),
     case(LR, "data_seed_is_rank", same_dataset="data differ from rank 0's"),
     case(LR, "unseeded_data", same_dataset="data differ from rank 0's"),
-    case(MNIST, "no_sampler", skipped=WITHOUT_SAMPLER, distributed_sampler="without a DistributedSampler"),
+    case(MNIST, "no_sampler", distributed_sampler="without a DistributedSampler", **WITHOUT_SAMPLER),
     # (3) the model
     case(
         LR,
         "no_ddp",
-        skipped=WITHOUT_SAMPLER,  # same seed, same shuffle: the copies happen to stay equal
         distributed_sampler="without a DistributedSampler",
         ddp_wrapped="not wrapped in DistributedDataParallel",
+        # Same seed, same shuffle: the copies stay equal, but nothing averaged them.
+        weights_in_sync=NONE_AVERAGED,
+        **WITHOUT_SAMPLER,
+        **NOT_DISTRIBUTED,
     ),
     case(
         LR,
         "no_ddp_with_sampler",
         ddp_wrapped="not wrapped in DistributedDataParallel",
         weights_in_sync="weights differ",
+        **NOT_DISTRIBUTED,
     ),
     case(
         LR,
         "ddp_module_forward",
         ddp_wrapped=Says("never called the wrapper", hint="pred = model(x)"),
         weights_in_sync="weights differ",
+        **NOT_DISTRIBUTED,
+    ),
+    case(
+        LR,
+        "ddp_once_then_plain_model",
+        ddp_wrapped=Says("DDP averaged the gradients of 1 of the 320", hint="call the DDP model itself"),
+        weights_in_sync="weights differ",
+    ),
+    case(
+        LR,
+        "allreduce_by_hand",
+        ddp_wrapped=Says("averaged the gradients itself, with all_reduce: that is correct", hint="drop the hand"),
+    ),
+    case(
+        LR,
+        "allreduce_sum_not_mean",
+        ddp_wrapped="averaged the gradients itself, with all_reduce",
+        weights_in_sync=Says("the sum of the ranks' gradients, not their mean", hint="grad /= world_size"),
     ),
     case(
         LR,
@@ -182,14 +214,17 @@ TABLE = [
         problem=Says("'function' object has no attribute 'state_dict'", hint="model.module, without the s"),
         **stopped_early(*TRAINED_BEFORE_THE_CRASH),
     ),
-    case(LR, "all_ranks_print", rank0_logs=Says('Rank 1 printed the line "epoch   5  loss', hint="if rank == 0")),
+    case(LR, "empty_checkpoint_file", rank0_checkpoint="the file is empty", checkpoint_loadable="saved no checkpoint"),
+    case(LR, "all_ranks_print", rank0_logs=Says('Rank 1 wrote the line "epoch   5  loss', hint="if rank == 0")),
     case(
         LR,
         "loss_print_every_rank",
-        rank0_logs=Says('Rank 1 printed the line "loss: ', hint="in the functions that main calls"),
+        rank0_logs=Says('Rank 1 wrote the line "loss: ', hint="in the functions that main calls"),
     ),
-    case(LR, "logging_every_rank", rank0_logs=Says("Rank 1 wrote to stderr (with logging", hint="if rank == 0")),
-    case(LR, "progress_bar_every_rank", rank0_logs=Says("a progress bar) the line", hint="if rank == 0")),
+    case(LR, "logging_every_rank", rank0_logs=Says('Rank 1 wrote the line "WARNING:', hint="if rank == 0")),
+    case(LR, "progress_bar_every_rank", rank0_logs=Says("Rank 1 wrote the line", hint="if rank == 0")),
+    case(LR, "print_to_real_stdout", rank0_logs=Says('Rank 1 wrote the line "epoch 1 loss', hint="if rank == 0")),
+    case(LR, "os_write_on_every_rank", rank0_logs=Says('Rank 1 wrote the line "epoch 1 loss', hint="if rank == 0")),
     case(LR, "done_on_every_rank"),
     case(LR, "log_file_every_rank", rank0_logs=Says("Rank 1 wrote training.log", hint="if rank == 0")),
     # (5) clean up
@@ -198,6 +233,67 @@ TABLE = [
     case(LR, "device_count_world_size", launcher=DEVICE_COUNT_SLIP),
     case(LR, "main_called_directly", launcher=Says("never called mp.spawn", hint="mp.spawn(main")),
     case(MNIST, "device_count_world_size", launcher=DEVICE_COUNT_SLIP),
+    # Programs that only look like DDP training gain nothing from the look.
+    case(
+        LR,
+        "blank_main",
+        process_group="never called init_process_group",
+        distributed_sampler="without a DistributedSampler",
+        ddp_wrapped="not wrapped in DistributedDataParallel",
+        weights_in_sync="no weights to compare",
+        training="never called optimizer.step()",
+        rank0_checkpoint="No checkpoint was saved",
+        checkpoint_loadable="saved no checkpoint",
+        rank0_logs=Says("Rank 0 wrote no training log", hint="if rank == 0: print"),
+        cleanup="without destroying its process group",
+        launcher=Says("never joined a process group", hint="mp.spawn(main"),
+        **WITHOUT_SAMPLER,
+    ),
+    case(
+        LR,
+        "serial_program",
+        process_group="never called init_process_group",
+        distributed_sampler="without a DistributedSampler",
+        ddp_wrapped="not wrapped in DistributedDataParallel",
+        weights_in_sync=NONE_AVERAGED,
+        rank0_checkpoint="every rank wrote the same file",
+        rank0_logs='Rank 1 wrote the line "epoch   5  loss',
+        cleanup="without destroying its process group",
+        launcher="failed before it started any rank",
+        **WITHOUT_SAMPLER,
+        **NOT_DISTRIBUTED,
+    ),
+    *(
+        case(
+            LR,
+            "decoy_sampler_and_ddp",
+            world_size,
+            distributed_sampler=Says("samples from a DataLoader without it", hint="Train on the DataLoader"),
+            ddp_wrapped=Says("DDP averaged the gradients of none", hint="call the DDP model itself"),
+            weights_in_sync=NONE_AVERAGED,
+            **WITHOUT_SAMPLER,
+            **NOT_DISTRIBUTED,
+        )
+        for world_size in (2, 3)
+    ),
+    case(
+        LR,
+        "sampler_yields_everything",
+        distributed_sampler=Says("DistributedSampler did not hand out", hint="only its indices"),
+    ),
+    case(
+        LR,
+        "broadcast_rank0_gradient",
+        ddp_wrapped="DDP averaged the gradients of none",
+        weights_in_sync=Says("Every rank applied rank 0's gradient instead of the mean", hint="divide by the world"),
+        **NOT_DISTRIBUTED,
+    ),
+    case(
+        LR,
+        "forged_records",
+        problem=Says("event(s) that the grader did not write", hint="Leave the grader's files alone"),
+        **stopped_early(),
+    ),
 ]
 
 

@@ -180,9 +180,8 @@ def training_sampler(r: RankRecords) -> tuple[dict, list[dict]] | None:
     """The DistributedSampler whose samples the model was fed most of, and
     what the model was fed from it in each pass over its DataLoader."""
     epochs_by_sampler: dict[int, list[dict]] = {}
-    for inputs in r.all("model_inputs")[:1]:
-        for epoch in inputs["epochs"]:
-            epochs_by_sampler.setdefault(epoch["sampler"], []).append(epoch)
+    for epoch in r.all("model_fed"):
+        epochs_by_sampler.setdefault(epoch["sampler"], []).append(epoch)
     fed = {s: sum(len(e["indices"]) for e in epochs) for s, epochs in epochs_by_sampler.items()}
     if not any(fed.values()):
         return None
@@ -191,9 +190,14 @@ def training_sampler(r: RankRecords) -> tuple[dict, list[dict]] | None:
     return (config, [e for e in epochs_by_sampler[busiest] if e["indices"]]) if config else None
 
 
+def _drawn(r: RankRecords, sampler: int, epoch: int) -> set[int]:
+    """The indices a DistributedSampler's own iterator handed out in an epoch."""
+    return {i for e in r.all("sampler_epoch") if e["sampler"] == sampler and e["epoch"] == epoch for i in e["indices"]}
+
+
 def _fed(r: RankRecords) -> dict:
     inputs = r.first("model_inputs")
-    return inputs if inputs is not None else {"epochs": [], "plain_rows": 0, "unmatched_rows": 0, "rows": 0}
+    return inputs if inputs is not None else {"plain_rows": 0, "unmatched_rows": 0, "rows": 0}
 
 
 def _no_sampler_used(run: RunRecords) -> Outcome | None:
@@ -292,6 +296,18 @@ def distributed_sampler(run: RunRecords) -> Outcome:
                 "Train on the DataLoader that has the sampler only.",
                 r.rank,
             )
+    for r, (config, passes) in zip(run.ranks, samplers, strict=True):
+        for number, fed in enumerate(passes, start=1):
+            drawn = _drawn(r, config["sampler"], fed["epoch"])
+            extra = sorted(set(fed["indices"]) - drawn)
+            if extra:
+                return failed(
+                    f"In epoch {number}, rank {r.rank}'s model was fed {len(extra)} samples that its "
+                    f"DistributedSampler did not hand out (it handed out {len(drawn)}; for example index "
+                    f"{extra[0]} was not one of them).",
+                    "Use DistributedSampler as it is: a subclass or a wrapper of it must yield only its indices.",
+                    r.rank,
+                )
     size = samplers[0][0]["dataset"]["length"] if samplers[0][0]["dataset"] else None
     if size is None:
         return failed("The data set's length could not be read.", "Use a data set with a __len__.")
@@ -393,6 +409,14 @@ def set_epoch(run: RunRecords) -> Outcome:
 @check("ddp_wrapped", "Model wrapped in DistributedDataParallel", 2, "Change 3")
 def ddp_wrapped(run: RunRecords) -> Outcome:
     for r in run.ranks:
+        end = r.first("training_end")
+        if end is not None and end["steps"] and end["allreduce_synced_steps"] >= end["steps"]:
+            return failed(
+                f"Rank {r.rank} averaged the gradients itself, with all_reduce: that is correct data "
+                "parallelism, but this exercise asks for DDP to do it.",
+                "Wrap the model in DDP, train with the wrapped model, and drop the hand-written all_reduce.",
+                r.rank,
+            )
         if not r.all("ddp_created"):
             if not run.all_finished and not r.first("first_step"):
                 return _cannot_confirm(run, "that the model was wrapped")
@@ -422,15 +446,7 @@ def ddp_wrapped(run: RunRecords) -> Outcome:
                 "Call the DDP model itself in training: pred = model(x).",
                 r.rank,
             )
-        end = r.first("training_end")
         if end is not None and end["steps"] > end["ddp_synced_steps"]:
-            if end["allreduce_synced_steps"] >= end["steps"]:
-                return failed(
-                    f"Rank {r.rank} averaged the gradients itself, with all_reduce: that is correct data "
-                    "parallelism, but this exercise asks for DDP to do it.",
-                    "Wrap the model in DDP, train with the wrapped model, and drop the hand-written all_reduce.",
-                    r.rank,
-                )
             averaged = end["ddp_synced_steps"] or "none"
             return failed(
                 f"On rank {r.rank}, DDP averaged the gradients of {averaged} of the {end['steps']} optimizer "

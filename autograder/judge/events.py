@@ -85,14 +85,6 @@ def anything(default: Any = None) -> Shape:
 COMMON_FIELDS = {"kind": text(), "time": number(), "step": integer()}
 FINGERPRINT = list_of(number())
 DATASET = record(length=integer(), content=optional(text()), items=dict_of(text()), unstable_items=integer())
-FED_EPOCH = record(
-    sampler=integer(-1),
-    epoch=integer(),
-    indices=list_of(integer()),
-    finished=flag(),
-    batch_size=optional(integer()),
-    drop_last=flag(),
-)
 
 # kind -> {field: shape}
 EVENTS: dict[str, dict[str, Shape]] = {
@@ -118,15 +110,19 @@ EVENTS: dict[str, dict[str, Shape]] = {
         "indices": list_of(integer()),
         "finished": flag(),
     },
-    # What reached the trained model's forward in training: each epoch of a
-    # DataLoader with a DistributedSampler, by dataset index; and the rows
-    # that came from a DataLoader without one, or from no DataLoader at all.
-    "model_inputs": {
-        "epochs": list_of(FED_EPOCH),
-        "plain_rows": integer(),
-        "unmatched_rows": integer(),
-        "rows": integer(),
+    # What reached the trained model's forward in training (probes/inputs.py):
+    # the dataset indices of each pass over a DataLoader with a
+    # DistributedSampler (`epoch` is the sampler's set_epoch number), and, at
+    # the end, the rows from a DataLoader without one or from no DataLoader.
+    "model_fed": {
+        "sampler": integer(-1),
+        "epoch": integer(),
+        "indices": list_of(integer()),
+        "finished": flag(),
+        "batch_size": optional(integer()),
+        "drop_last": flag(),
     },
+    "model_inputs": {"plain_rows": integer(), "unmatched_rows": integer(), "rows": integer()},
     # model (probes/ddp.py, probes/training.py, probes/gradients.py)
     "ddp_created": {"devices": optional(list_of(text()))},
     "ddp_forward_calls": {"calls": dict_of(integer())},

@@ -5,9 +5,10 @@ its share. So each batch a DataLoader yields is tied to the dataset indices
 it was made from, row by row, through a key of each row's bytes; and the
 input of every training forward (gradients on, model in train mode, a module
 with parameters called from outside any other module) is looked up by the
-same keys. What the model was fed is then known by index, per DataLoader
-epoch, and so are the rows it was fed that no DataLoader with a
-DistributedSampler produced.
+same keys. What the model was fed is then known by index, per pass over a
+DataLoader with a DistributedSampler (a `model_fed` event as each pass ends,
+so a rank that hangs later keeps its finished epochs), and so are the rows
+it was fed that no such DataLoader produced (`model_inputs`, at the end).
 """
 
 import collections
@@ -60,7 +61,7 @@ def _sampler_of(loader):
 
 
 def install(state: RankState) -> None:
-    epochs = state.extras["fed_epochs"] = []
+    unrecorded = state.extras["fed_passes"] = []  # passes with a DistributedSampler, not yet recorded
     counts = state.extras["fed_counts"] = {"plain_rows": 0, "unmatched_rows": 0, "rows": 0}
     # row key -> (the DataLoader pass it came from, dataset index): loaded, not yet fed
     waiting: dict[int, collections.deque] = {}
@@ -77,6 +78,8 @@ def install(state: RankState) -> None:
         sampler = _sampler_of(loader)
         entry = None
         if isinstance(sampler, DistributedSampler):
+            # A pass left unfinished (a loop that breaks) ends where the next one over its sampler begins.
+            record_passes(state, getattr(sampler, "_grader_id", -1))
             entry = {
                 "sampler": getattr(sampler, "_grader_id", -1),
                 "epoch": int(sampler.epoch),
@@ -85,7 +88,7 @@ def install(state: RankState) -> None:
                 "batch_size": loader.batch_size,
                 "drop_last": bool(loader.drop_last),
             }
-            epochs.append(entry)
+            unrecorded.append(entry)
         # One pass over the DataLoader: its epoch entry (None without a
         # DistributedSampler), the indices of the batches it is about to
         # yield, and the keys of the rows it yielded.
@@ -138,9 +141,10 @@ def install(state: RankState) -> None:
             batch = original_next(self)
         except StopIteration:
             if loader_pass is not None:
+                state.guarded(forget, loader_pass)
                 if loader_pass["entry"] is not None:
                     loader_pass["entry"]["finished"] = True
-                state.guarded(forget, loader_pass)
+                    state.guarded(record_passes, state, loader_pass["entry"]["sampler"])
             raise
         if loader_pass is not None:
             state.guarded(remember, loader_pass, batch)
@@ -184,5 +188,15 @@ def install(state: RankState) -> None:
     register_module_forward_hook(after_forward, always_call=True)
 
 
+def record_passes(state: RankState, sampler: int | None = None) -> None:
+    """Record the passes not yet recorded: those over one sampler, or all."""
+    passes = state.extras["fed_passes"]
+    for entry in passes:
+        if sampler is None or entry["sampler"] == sampler:
+            state.record("model_fed", **entry)
+    passes[:] = [e for e in passes if sampler is not None and e["sampler"] != sampler]
+
+
 def finish(state: RankState) -> None:
-    state.record("model_inputs", epochs=state.extras["fed_epochs"], **state.extras["fed_counts"])
+    record_passes(state)
+    state.record("model_inputs", **state.extras["fed_counts"])
