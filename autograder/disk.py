@@ -10,11 +10,14 @@ runs no code from the file, and looked into for a model's state dict.
 from __future__ import annotations
 
 import os
+import re
+import zipfile
 from pathlib import Path
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".tar", ".bin")
 MAX_CHECKPOINT_BYTES = 256 * 2**20  # far more than any exercise's model; beyond it, not opened
 MAX_CHECKPOINTS = 20
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # torch's messages embolden some words
 
 # problem -> what it means, for messages
 PROBLEMS = {
@@ -23,6 +26,9 @@ PROBLEMS = {
     "empty": "the file is empty",
     "too_large": "the file is too large to be this exercise's model",
     "unreadable": "torch.load cannot open it",
+    # A torch file of pickled objects (a whole model, say): torch.save wrote it, but opening it would run
+    # code from it, which weights_only=True refuses. checkpoint_loadable says what to save instead.
+    "pickled_objects": "it holds pickled Python objects rather than tensors",
     "no_state_dict": "torch.load opens it, but it holds no model state dict",
 }
 
@@ -51,8 +57,24 @@ def inspect_checkpoint(path: str, workdir: Path) -> dict:
     try:
         saved = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # not a torch file, or one that pickles objects
-        return {"problem": "unreadable", "error": f"{type(error).__name__}: {error}".splitlines()[0][:300]}
+        if _is_torch_archive(path):
+            return {"problem": "pickled_objects", "error": ""}
+        text = ANSI.sub("", f"{type(error).__name__}: {error}").splitlines()[0]
+        return {"problem": "unreadable", "error": text[:300]}
     return {"problem": None if find_model_state(saved) is not None else "no_state_dict", "error": ""}
+
+
+def is_saved_by_torch(found: dict) -> bool:
+    """A file torch.save wrote: a state dict, or pickled objects."""
+    return found["problem"] in (None, "pickled_objects")
+
+
+def _is_torch_archive(path: str) -> bool:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return any(name.endswith("/data.pkl") for name in archive.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
 
 
 def inspect_checkpoints(workdir: Path, files_left: list[str], saved_paths: list[str]) -> dict[str, dict]:

@@ -111,7 +111,6 @@ def test_the_judge_reads_missing_fields_as_their_defaults():
         "time": 0.0,
         "step": 0,
         "failed": True,
-        "output": {},
     }
     assert events.parse({"kind": "rank_done", "failed": False, "forged": 1})["failed"] is False
     assert "forged" not in events.parse({"kind": "rank_done", "forged": 1})

@@ -16,7 +16,7 @@ from test_checks import TABLE
 from autograder.exercises import EXERCISES
 from autograder.grading import judge
 from autograder.judge import events
-from autograder.judge.checks import run_checks
+from autograder.judge.checks import CHECKS, run_checks
 from autograder.judge.records import RunRecords
 from autograder.launch import RankStatus
 from autograder.submission import Submission
@@ -90,6 +90,9 @@ def test_every_recorded_event_fits_the_schema():
                     events.validate(event["kind"], facts)
                 except events.UnknownEvent as error:
                     pytest.fail(f"{path.name}, rank {rank['rank']}: {error}; the schema changed: {RERECORD}`")
+                # A probe writes every field in its declared shape, or the judge would read a default.
+                assert not events.is_malformed(event), (path.name, rank["rank"], event["kind"])
+            assert not rank.get("malformed"), path.name
 
 
 def test_every_fixture_was_recorded_from_its_submission_as_it_is_now():
@@ -113,7 +116,7 @@ def test_every_fixture_is_a_row_of_the_catalogue():
 
 def test_a_rank_hung_halfway_fails_closed():
     data = stop(fixture(), 1, 40, RankStatus.HUNG, None)
-    reached = len(rank_events(data, 1, "sampler_epoch"))
+    reached = len(rank_events(data, 1, "model_fed"))
     assert 0 < reached < 20
     found = verdicts(data)
     assert statuses(found, "skipped") == CPU_RUN  # "does not apply" is only known of a run that finished
@@ -154,7 +157,7 @@ def test_a_rank_killed_without_a_word_fails_closed():
     assert statuses(found, "skipped") == CPU_RUN
     assert statuses(found, "failed") == NEED_THE_WHOLE_RUN | {"rank0_checkpoint"}
     assert found["cleanup"].message.startswith("Could not confirm that the process group was destroyed: rank 1 ")
-    reached = len(rank_events(data, 1, "sampler_epoch"))  # the epochs rank 1 finished
+    reached = len(rank_events(data, 1, "model_fed"))  # the epochs rank 1 finished
     assert f"in each of {reached} epoch(s)" in found["distributed_sampler"].message
 
 
@@ -237,13 +240,12 @@ def test_a_half_written_event_gets_the_schema_s_defaults():
     # A rank_done cut short reads as failed (the default), so the run did not finish.
     data = fixture()
     done = rank_events(data, 1, "rank_done")[0]
-    del done["failed"], done["output"]
+    del done["failed"]
     assert RunRecords.from_dict(data).ranks[1].first("rank_done") | {"time": 0} == {
         "kind": "rank_done",
         "time": 0,
         "step": done["step"],
         "failed": True,
-        "output": {},
     }
     found = verdicts(data)
     assert NEED_THE_WHOLE_RUN <= statuses(found, "failed")
@@ -251,28 +253,147 @@ def test_a_half_written_event_gets_the_schema_s_defaults():
 
 def test_parsed_events_do_not_share_their_defaults():
     first = events.parse({"kind": "ddp_forward_calls"})
-    try:
-        first["calls"]["forward"] = 3
-        assert events.parse({"kind": "ddp_forward_calls"})["calls"] == {}
-    finally:
-        events.EVENTS["ddp_forward_calls"]["calls"].clear()
+    first["calls"]["forward"] = 3
+    assert events.parse({"kind": "ddp_forward_calls"})["calls"] == {}
+    assert events.EVENTS["ddp_forward_calls"]["calls"].default == {}
+
+
+@pytest.mark.parametrize(
+    "raw, field, default",
+    [
+        ({"kind": "training_end", "steps": "many"}, "steps", 0),
+        ({"kind": "training_end", "steps": True}, "steps", 0),  # a bool is not a count
+        ({"kind": "training_end", "fingerprint": {"a": 1}}, "fingerprint", None),
+        ({"kind": "training_end", "losses": [[1]]}, "losses", []),
+        ({"kind": "snapshot", "fingerprint": [1.0, float("nan")]}, "fingerprint", []),
+        ({"kind": "sampler", "dataset": {"length": 3}}, "dataset", None),
+        ({"kind": "model_fed", "indices": [1, "2"]}, "indices", []),
+        ({"kind": "rank_done", "failed": 0}, "failed", True),
+        ({"kind": "error", "frames": [{"file": "x.py"}]}, "frames", []),
+    ],
+    ids=[
+        "text count",
+        "bool count",
+        "dict fingerprint",
+        "short pair",
+        "nan",
+        "part of a record",
+        "text index",
+        "int flag",
+        "part of a frame",
+    ],
+)
+def test_a_field_of_the_wrong_shape_reads_as_its_default_and_marks_the_event(raw, field, default):
+    assert events.parse(raw)[field] == default
+    assert events.is_malformed(raw)
+    assert not events.is_malformed(events.parse(raw))
+
+
+def test_a_tampered_record_stream_is_trusted_for_nothing():
+    data = fixture()
+    rank_events(data, 1, "training_end")[0]["steps"] = "all of them"
+    found = verdicts(data)
+    assert statuses(found, "failed") == set(found) - CPU_RUN
+    assert all(not v.reached for v in found.values() if v.status == "failed")
+    assert "rank 1's hold 1 event(s) that the grader did not write" in found["training"].message
+    solution = Path(EXERCISES["linear_regression"].solution)
+    report = judge(Submission(solution, False, ""), RunRecords.from_dict(data))
+    assert "did not write, so nothing this run recorded can be trusted" in report.error
+
+
+MUTATIONS = (
+    lambda rng, value: None,
+    lambda rng, value: "x",
+    lambda rng, value: -(10**12),
+    lambda rng, value: [],
+    lambda rng, value: {},
+    lambda rng, value: [value, value] if not isinstance(value, list) else value[: rng.randrange(len(value) + 1)],
+    lambda rng, value: {"kind": value} if not isinstance(value, dict) else dict(list(value.items())[:1]),
+    lambda rng, value: float("inf"),
+)
+
+
+def _mutated(rng: random.Random, data: dict) -> dict:
+    """A copy of a run's records with a few events cut, repeated, and fields changed to anything."""
+    data = copy.deepcopy(data)
+    own = [{"events": data["own_launcher"]["events"]}] if data.get("own_launcher") else []
+    for rank in data["ranks"] + own + [{"events": e} for e in data.get("own_launcher_ranks", [])]:
+        stream = rank["events"]
+        for _ in range(rng.randrange(4)):
+            if not stream:
+                break
+            event = rng.choice(stream)
+            name = rng.choice([k for k in event if k != "kind"] or ["kind"])
+            event[name] = rng.choice(MUTATIONS)(rng, event[name])
+        if stream and rng.random() < 0.3:
+            stream.insert(rng.randrange(len(stream)), copy.deepcopy(rng.choice(stream)))
+        if stream and rng.random() < 0.3:
+            del stream[rng.randrange(len(stream)) :]
+    return data
+
+
+def test_mutated_records_never_crash_a_check():
+    """Each check itself, not run_checks (whose net would hide a crash)."""
+    rng = random.Random(10)
+    names = sorted(p.name.removesuffix(".json.gz") for p in FIXTURES.glob("*.json.gz"))
+    for attempt in range(400):
+        name = names[attempt % len(names)]
+        run = RunRecords.from_dict(_mutated(rng, _loaded(name)))
+        for check in CHECKS:
+            try:
+                outcome = check.judge(run)
+            except Exception as error:  # noqa: BLE001 - the point of the test
+                pytest.fail(f"{check.id} raised {type(error).__name__}: {error} on a mutation of {name}")
+            assert outcome.status in ("passed", "failed", "skipped")
 
 
 # --- the data partition --------------------------------------------------------------
 
 
+def feed(data: dict, rank: int, epoch: int, indices: list[int]) -> None:
+    """Rank `rank`'s sampler hands out `indices` in its pass `epoch`, and its model is fed them."""
+    rank_events(data, rank, "sampler_epoch")[epoch]["indices"] = list(indices)
+    rank_events(data, rank, "model_fed")[epoch]["indices"] = list(indices)
+
+
 def test_ranks_reading_the_same_samples_fail_the_partition_with_the_ranks_named():
     data = fixture()
-    rank_events(data, 1, "sampler_epoch")[0]["indices"] = list(rank_events(data, 0, "sampler_epoch")[0]["indices"])
+    feed(data, 1, 0, rank_events(data, 0, "model_fed")[0]["indices"])
     found = verdicts(data)["distributed_sampler"]
     assert found.status == "failed"
     assert "In epoch 1, ranks 0 and 1 read 500 of the same samples" in found.message
     assert "num_replicas=world_size and rank=rank" in found.hint
 
 
+def test_samples_fed_that_the_sampler_never_handed_out_are_named():
+    data = fixture()
+    fed = rank_events(data, 1, "model_fed")[2]["indices"]
+    outsider = rank_events(data, 0, "model_fed")[2]["indices"][0]
+    fed[0] = outsider
+    found = verdicts(data)["distributed_sampler"]
+    assert found.status == "failed" and found.rank == 1
+    assert "In epoch 3, rank 1's model was fed 1 samples that its DistributedSampler did not hand out" in (
+        found.message
+    )
+    assert f"index {outsider} was not one of them" in found.message
+
+
+@pytest.mark.parametrize(
+    "counts, message",
+    [
+        ({"plain_rows": 10000}, "samples from a DataLoader without the DistributedSampler (10000) than from"),
+    ],
+)
+def test_more_samples_from_a_plain_loader_than_from_the_sampler_fail(counts, message):
+    data = fixture()
+    rank_events(data, 0, "model_inputs")[0].update(counts)
+    found = verdicts(data)["distributed_sampler"]
+    assert found.status == "failed" and message in found.message
+
+
 def test_padding_of_an_uneven_split_is_not_an_overlap():
     data = fixture("linear_regression__linear_regression_ddp@3")  # 1000 samples, 334 per rank: 2 repeated
-    epochs = [rank_events(data, rank, "sampler_epoch") for rank in range(3)]
+    epochs = [rank_events(data, rank, "model_fed") for rank in range(3)]
     assert sum(len(e[0]["indices"]) for e in epochs) == 1002
     assert verdicts(data)["distributed_sampler"].status == "passed"
     # The padding repeats the first two samples: rank 0's first on rank 1, rank 1's first on rank 2.
@@ -280,6 +401,7 @@ def test_padding_of_an_uneven_split_is_not_an_overlap():
     assert epochs[2][0]["indices"][-1] == epochs[1][0]["indices"][0]
     shared = epochs[0][0]["indices"][5]
     epochs[2][0]["indices"][0] = shared  # one shared sample more than the padding
+    rank_events(data, 2, "sampler_epoch")[0]["indices"][0] = shared
     found = verdicts(data)["distributed_sampler"]
     assert found.status == "failed"
     assert "In epoch 1, ranks 0, 1 and 2 read 3 of the same samples" in found.message
@@ -288,7 +410,7 @@ def test_padding_of_an_uneven_split_is_not_an_overlap():
 
 def test_samples_no_rank_read_are_named():
     data = fixture()
-    del rank_events(data, 1, "sampler_epoch")[3]["indices"][:10]
+    del rank_events(data, 1, "model_fed")[3]["indices"][:10]
     found = verdicts(data)["distributed_sampler"]
     assert found.status == "failed" and "In epoch 4, no rank read 10 of the 1000 samples" in found.message
 
@@ -296,7 +418,7 @@ def test_samples_no_rank_read_are_named():
 def test_a_repeated_shuffle_fails_set_epoch():
     data = fixture()
     for rank in (0, 1):
-        for epoch in rank_events(data, rank, "sampler_epoch"):
+        for epoch in rank_events(data, rank, "sampler_epoch") + rank_events(data, rank, "model_fed"):
             epoch["epoch"] = 0
     found = verdicts(data)["set_epoch"]
     assert found.status == "failed" and "in every one of the 20 epochs (set_epoch was never called)" in found.message
@@ -322,6 +444,42 @@ def test_a_checkpoint_written_as_a_plain_file_by_another_rank_counts():
     assert found["rank0_logs"].status == "passed"  # a checkpoint is not a log
 
 
+@pytest.mark.parametrize(
+    "problem, says",
+    [
+        ("unreadable", "torch.load cannot open it (UnpicklingError: x)"),
+        ("no_state_dict", "holds no model state dict"),
+        ("missing", "not on disk at the end of the run"),
+    ],
+)
+def test_a_checkpoint_is_what_the_grader_finds_in_the_file(problem, says):
+    data = fixture()
+    [path] = data["checkpoints"]
+    data["checkpoints"][path] = {"problem": problem, "error": "UnpicklingError: x" if problem == "unreadable" else ""}
+    found = verdicts(data)
+    for check_id in ("rank0_checkpoint", "checkpoint_loadable"):
+        assert found[check_id].status == "failed", check_id
+        assert f"Rank 0 wrote linear_regression.pt, but it is not a checkpoint: {says}" in found[check_id].message
+
+
+def _applied(data: dict, gradients: list[list[float]]) -> dict:
+    for rank, gradient in enumerate(gradients):
+        rank_events(data, rank, "first_step")[0]["applied_gradient"] = gradient
+    return data
+
+
+def test_the_applied_gradient_must_be_the_ranks_mean():
+    data = fixture()
+    own = [rank_events(data, rank, "first_step")[0]["local_gradient"] for rank in (0, 1)]
+    each_its_own = verdicts(_applied(fixture(), own))["weights_in_sync"]
+    assert "Each rank applied its own gradient" in each_its_own.message
+    from_rank_1 = verdicts(_applied(fixture(), [own[1], own[1]]))["weights_in_sync"]
+    assert "Every rank applied rank 1's gradient instead of the mean" in from_rank_1.message
+    mean = [(a + b) / 2 for a, b in zip(*own, strict=True)]
+    clipped = verdicts(_applied(fixture(), [[x / 3 for x in mean]] * 2))["weights_in_sync"]
+    assert clipped.status == "passed"  # clipping shortens the mean; it does not turn it
+
+
 def test_on_gpus_the_backend_and_the_device_are_judged():
     data = fixture()
     data["backend"] = "nccl"
@@ -344,36 +502,28 @@ def test_a_probe_that_failed_is_shown_as_a_grader_problem():
 # --- logs: the content, not the count -------------------------------------------------
 
 
-def _with_output(data: dict, rank: int, stream: str, tallies: list) -> dict:
-    rank_events(data, rank, "rank_done")[0]["output"] = {stream: tallies}
+def _with_lines(data: dict, rank: int, lines: list) -> dict:
+    data["launch"]["ranks"][rank]["lines"] = lines
     return data
 
 
 def test_a_line_rank_1_writes_once_is_not_a_log_but_one_it_repeats_is():
-    once = _with_output(fixture(), 1, "stdout", [["Done!", 1, "Done!"], ["rank # ready", 1, "rank 1 ready"]])
+    once = _with_lines(fixture(), 1, [["Done!", 1, "Done!"], ["rank # ready", 1, "rank 1 ready"]])
     assert verdicts(once)["rank0_logs"].status == "passed"
-    twice = _with_output(fixture(), 1, "stderr", [["Done!", 1, "Done!"], ["step # loss #", 2, "step 3 loss 0.5"]])
+    twice = _with_lines(fixture(), 1, [["step # loss #", 2, "step 3 loss 0.5"], ["Done!", 1, "Done!"]])
     found = verdicts(twice)["rank0_logs"]
     assert found.status == "failed" and found.rank == 1
-    assert 'wrote to stderr (with logging, a warning or a progress bar) the line "step 3 loss 0.5" 2 times' in (
-        found.message
-    )
+    assert 'Rank 1 wrote the line "step 3 loss 0.5" 2 times' in found.message
     assert '("step # loss #")' in found.message
 
 
-@pytest.mark.parametrize(
-    "output",
-    [{"stdout": "not a list"}, {"stdout": [["t", "2", "x"], [1, 2], None]}, {"stdout": [[None, 3, None]]}, None],
-    ids=["a string", "odd entries", "no text", "none"],
-)
-def test_a_forged_output_tally_never_crashes_the_judge(output):
-    data = fixture()
-    rank_events(data, 1, "rank_done")[0]["output"] = output
-    assert verdicts(data)["rank0_logs"].status in ("passed", "failed")
+def test_rank_0_must_write_a_training_log():
+    found = verdicts(_with_lines(fixture(), 0, [["Done!", 1, "Done!"]]))["rank0_logs"]
+    assert found.status == "failed" and "Rank 0 wrote no training log" in found.message
 
 
 def test_the_line_tally_masks_numbers_and_redraws_and_is_bounded():
-    from autograder.rank.output import MAX_TEMPLATES, LineTally, template
+    from autograder.launch.lines import MAX_TEMPLATES, LineTally, template
 
     assert template("loss: 0.123  [   32/  128]") == template("loss: 1.5e-3  [  640/  128]") == "loss: # [ #/ #]"
     assert template(" 40%|\u2588\u2588\u2588\u2588      | 4/10 [00:01<00:02]") == template(
@@ -452,6 +602,13 @@ def test_each_way_a_launcher_fails_has_its_own_message(events, status, message, 
     found = verdicts(_launcher_events(fixture(), *events, status=status))["launcher"]
     assert found.status == "failed"
     assert message in found.message and hint in found.hint
+
+
+def test_a_launcher_whose_ranks_joined_no_process_group_fails():
+    data = fixture()
+    data["own_launcher_ranks"][1] = [e for e in data["own_launcher_ranks"][1] if e["kind"] != "process_group_ready"]
+    found = verdicts(data)["launcher"]
+    assert found.status == "failed" and "but rank 1 never joined a process group" in found.message
 
 
 def test_a_launcher_that_was_not_run_never_passes():

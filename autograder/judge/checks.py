@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..disk import CHECKPOINT_SUFFIXES, PROBLEMS
+from ..disk import CHECKPOINT_SUFFIXES, PROBLEMS, is_saved_by_torch
 from ..launch import MAX_OWN_LAUNCHER_RANKS, RankStatus
 from ..wording import plural, ranks_text
 from .records import RankRecords, RunRecords
@@ -700,12 +700,12 @@ def rank0_checkpoint(run: RunRecords) -> Outcome:
             "No checkpoint was saved.", "Save the model from rank 0 with torch.save(...) during or after training.", 0
         )
     # A checkpoint is what the grader itself finds in the file, not the name or the call.
-    models = [p for p in written[0] if p in run.checkpoints and run.checkpoints[p]["problem"] is None]
-    if not models:
+    saved = [p for p in written[0] if p in run.checkpoints and is_saved_by_torch(run.checkpoints[p])]
+    if not saved:
         return failed(_not_a_checkpoint(run, written[0][-1]), CHECKPOINT_HINT, 0)
     return passed(
-        f"Only rank 0 saved checkpoints ({plural(len(written[0]), 'save')}; {os.path.basename(models[-1])} holds "
-        "the model's state dict)."
+        f"Only rank 0 saved checkpoints ({plural(len(written[0]), 'save')}; the grader opened "
+        f"{os.path.basename(saved[-1])})."
     )
 
 
@@ -728,10 +728,11 @@ def checkpoint_loadable(run: RunRecords) -> Outcome:
         return failed(
             "Rank 0 saved no checkpoint to load.", "Save model.module.state_dict() from rank 0 with torch.save.", 0
         )
-    if not _distributed_steps(run.ranks[0]):
+    end = run.ranks[0].first("training_end")
+    if end is not None and end["steps"] and not _distributed_steps(run.ranks[0]):
         return _not_distributed(run.ranks[0], "the checkpoint holds no model of distributed training")
     on_disk = run.checkpoints.get(load["path"] or "")
-    if on_disk is None or on_disk["problem"] is not None:
+    if on_disk is None or not is_saved_by_torch(on_disk):
         return failed(_not_a_checkpoint(run, load["path"] or "(a file object)"), CHECKPOINT_HINT, 0)
     if load["ok"]:
         return passed(f"The saved model state loads into a plain {load['model']} with strict=True.")
