@@ -92,7 +92,7 @@ def test_every_recorded_event_fits_the_schema():
                     pytest.fail(f"{path.name}, rank {rank['rank']}: {error}; the schema changed: {RERECORD}`")
                 # A probe writes every field in its declared shape, or the judge would read a default.
                 assert not events.is_malformed(event), (path.name, rank["rank"], event["kind"])
-            assert not rank.get("malformed"), path.name
+            assert not rank.get("malformed") or "forged" in path.name, path.name
 
 
 def test_every_fixture_was_recorded_from_its_submission_as_it_is_now():
@@ -381,7 +381,7 @@ def test_samples_fed_that_the_sampler_never_handed_out_are_named():
 @pytest.mark.parametrize(
     "counts, message",
     [
-        ({"plain_rows": 10000}, "samples from a DataLoader without the DistributedSampler (10000) than from"),
+        ({"plain_rows": 20000}, "samples from a DataLoader without the DistributedSampler (20000) than from"),
     ],
 )
 def test_more_samples_from_a_plain_loader_than_from_the_sampler_fail(counts, message):
@@ -448,8 +448,8 @@ def test_a_checkpoint_written_as_a_plain_file_by_another_rank_counts():
     "problem, says",
     [
         ("unreadable", "torch.load cannot open it (UnpicklingError: x)"),
-        ("no_state_dict", "holds no model state dict"),
-        ("missing", "not on disk at the end of the run"),
+        ("no_state_dict", "torch.load opens it, but it holds no model state dict"),
+        ("missing", "it is not on disk at the end of the run"),
     ],
 )
 def test_a_checkpoint_is_what_the_grader_finds_in_the_file(problem, says):

@@ -115,12 +115,16 @@ def install(state: RankState) -> None:
         rows = _batch_rows(batch)
         if rows is None or not isinstance(indices, list) or len(indices) != rows.shape[0]:
             return
+        try:
+            indices = [int(i) for i in indices]
+        except (TypeError, ValueError):  # an iterable dataset's batches have no indices
+            return
         if len(waiting) > MAX_WAITING_ROWS:
             return
         keys = row_keys(rows)
         loader_pass["keys"].extend(keys)
         for key, index in zip(keys, indices, strict=True):
-            waiting.setdefault(key, collections.deque()).append((loader_pass, int(index)))
+            waiting.setdefault(key, collections.deque()).append((loader_pass, index))
 
     def forget(loader_pass):
         """The pass is over, and a loop feeds each batch before it asks for the
