@@ -1,7 +1,7 @@
 """Grading wall time of this tree over that of an earlier revision, on the
 same correct submissions: what new probes and checks cost.
 
-    .venv/bin/python benchmarks/probe_overhead.py --baseline REV [--rounds N]
+    .venv/bin/python benchmarks/probe_overhead.py --baseline REV [--rounds N] [--exercise NAME]
 
 REV is checked out in a temporary git worktree; both trees grade with this
 virtual environment, alternately, ROUNDS times per exercise, and each figure
@@ -37,12 +37,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", required=True, help="the git revision to compare with")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--exercise", choices=list(SOLUTIONS), action="append", help="default: both")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         baseline = Path(folder) / "baseline"
         subprocess.run(["git", "worktree", "add", "--detach", str(baseline), args.baseline], cwd=ROOT, check=True)
         try:
-            for exercise in SOLUTIONS:
+            for exercise in args.exercise or SOLUTIONS:
                 now, before = [], []
                 for _ in range(args.rounds):
                     before.append(graded_in(baseline, exercise))
