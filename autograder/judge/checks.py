@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from ..disk import CHECKPOINT_SUFFIXES, PROBLEMS, is_saved_by_torch
 from ..launch import MAX_OWN_LAUNCHER_RANKS, RankStatus
 from ..wording import plural, ranks_text
+from .events import parse
 from .records import RankRecords, RunRecords
 from .verdict import FAILED, SKIPPED, Outcome, Verdict, failed, not_reached, passed, skipped
 
@@ -196,8 +197,33 @@ def _drawn(r: RankRecords, sampler: int, epoch: int) -> set[int]:
 
 
 def _fed(r: RankRecords) -> dict:
-    inputs = r.first("model_inputs")
-    return inputs if inputs is not None else {"plain_rows": 0, "unmatched_rows": 0, "rows": 0}
+    return r.first("model_inputs") or parse({"kind": "model_inputs"})  # none recorded: the schema's zeros
+
+
+def _sampler_not_fed(r: RankRecords) -> Outcome:
+    """Rank r made a DistributedSampler, and none of its samples reached the model: what did?"""
+    fed = _fed(r)
+    if fed["plain_rows"]:
+        return failed(
+            f"Rank {r.rank} created a DistributedSampler, but its model trained on {fed['plain_rows']} "
+            "samples from a DataLoader without it, so every rank trained on the whole data set.",
+            "Train on the DataLoader that has the sampler: DataLoader(dataset, batch_size=..., "
+            "sampler=sampler), then `for x, y in loader:`.",
+            r.rank,
+        )
+    if fed["unmatched_rows"]:
+        return failed(
+            f"Rank {r.rank} created a DistributedSampler, but its model trained on inputs that no "
+            "DataLoader with that sampler produced.",
+            "Feed the model the batches of the DataLoader that has the sampler, as they come: "
+            "for x, y in loader: model(x.to(device)).",
+            r.rank,
+        )
+    return failed(
+        f"Rank {r.rank} created a DistributedSampler, but none of its samples reached the model in training.",
+        "Pass it to the DataLoader you train with: DataLoader(dataset, batch_size=..., sampler=sampler).",
+        r.rank,
+    )
 
 
 def _no_sampler_used(run: RunRecords) -> Outcome | None:
@@ -205,30 +231,8 @@ def _no_sampler_used(run: RunRecords) -> Outcome | None:
         if training_sampler(r) is None:
             if not run.all_finished:
                 return _cannot_confirm(run, "which data each rank read")
-            fed = _fed(r)
-            if r.all("sampler") and fed["plain_rows"]:
-                return failed(
-                    f"Rank {r.rank} created a DistributedSampler, but its model trained on {fed['plain_rows']} "
-                    "samples from a DataLoader without it, so every rank trained on the whole data set.",
-                    "Train on the DataLoader that has the sampler: DataLoader(dataset, batch_size=..., "
-                    "sampler=sampler), then `for x, y in loader:`.",
-                    r.rank,
-                )
-            if r.all("sampler") and fed["unmatched_rows"]:
-                return failed(
-                    f"Rank {r.rank} created a DistributedSampler, but its model trained on inputs that no "
-                    "DataLoader with that sampler produced.",
-                    "Feed the model the batches of the DataLoader that has the sampler, as they come: "
-                    "for x, y in loader: model(x.to(device)).",
-                    r.rank,
-                )
             if r.all("sampler"):
-                return failed(
-                    f"Rank {r.rank} created a DistributedSampler, but none of its samples reached the model "
-                    "in training.",
-                    "Pass it to the DataLoader you train with: DataLoader(dataset, batch_size=..., sampler=sampler).",
-                    r.rank,
-                )
+                return _sampler_not_fed(r)
             plain = r.first("plain_sampler_epoch")
             seen = (
                 f" (it read all {len(plain['indices'])} samples in each epoch)" if plain and plain["finished"] else ""
@@ -463,9 +467,7 @@ def ddp_wrapped(run: RunRecords) -> Outcome:
 
 
 def _spread(fingerprints: list[list[float]]) -> float:
-    reference = fingerprints[0]
-    scale = max(1e-12, math.sqrt(sum(x * x for x in reference)))
-    return max(math.sqrt(sum((a - b) ** 2 for a, b in zip(fp, reference, strict=False))) for fp in fingerprints) / scale
+    return max(_distance(fp, fingerprints[0]) for fp in fingerprints)
 
 
 def weight_spread(run: RunRecords) -> list[tuple[int, float]]:
@@ -497,7 +499,7 @@ def _unsynced(run: RunRecords) -> Outcome | None:
         end = r.first("training_end")
         if end is None or not end["steps"]:
             continue
-        synced = end["ddp_synced_steps"] + end["allreduce_synced_steps"]
+        synced = _distributed_steps(r)
         if synced < end["steps"]:
             alone = "none" if not synced else f"only {synced}"
             return failed(
@@ -628,7 +630,7 @@ def training(run: RunRecords) -> Outcome:
                 "Check that loss.backward() runs before optimizer.step() and the learning rate is not zero.",
                 r.rank,
             )
-        if r.first("training_end") is not None and not _distributed_steps(r):
+        if _trained_alone(r):
             return _not_distributed(r, "there is no distributed training to judge")
     end = run.ranks[0].first("training_end")
     losses = [value for _, value in end["losses"]] if end else []
@@ -653,6 +655,12 @@ def _distributed_steps(r: RankRecords) -> int:
     """Steps whose gradients were averaged over the ranks, by DDP or by hand."""
     end = r.first("training_end")
     return end["ddp_synced_steps"] + end["allreduce_synced_steps"] if end else 0
+
+
+def _trained_alone(r: RankRecords) -> bool:
+    """It stepped, and no step averaged its gradients with the other ranks."""
+    end = r.first("training_end")
+    return end is not None and end["steps"] > 0 and not _distributed_steps(r)
 
 
 def _not_distributed(r: RankRecords, so: str) -> Outcome:
@@ -728,8 +736,7 @@ def checkpoint_loadable(run: RunRecords) -> Outcome:
         return failed(
             "Rank 0 saved no checkpoint to load.", "Save model.module.state_dict() from rank 0 with torch.save.", 0
         )
-    end = run.ranks[0].first("training_end")
-    if end is not None and end["steps"] and not _distributed_steps(run.ranks[0]):
+    if _trained_alone(run.ranks[0]):
         return _not_distributed(run.ranks[0], "the checkpoint holds no model of distributed training")
     on_disk = run.checkpoints.get(load["path"] or "")
     if on_disk is None or not is_saved_by_torch(on_disk):

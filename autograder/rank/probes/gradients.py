@@ -65,13 +65,16 @@ def step_sync(state: RankState, params) -> str | None:
     """How the gradients of the step about to be taken were synchronised:
     "ddp", "all_reduce" or None. Clears the marks for the next step."""
     marks = state.extras["sync_marks"]
+    how = "ddp" if marks["ddp"] else "all_reduce" if marks["reduced"] and _reduced_a_gradient(marks, params) else None
+    marks["ddp"], marks["reduced"] = False, []
+    return how
+
+
+def _reduced_a_gradient(marks: dict, params) -> bool:
     grads = [p.grad for p in params if p.grad is not None]
     pointers = {g.data_ptr() for g in grads}
     sizes = {g.numel() for g in grads} | {sum(g.numel() for g in grads)}  # one gradient, or all flattened
-    by_hand = any(pointer in pointers or size in sizes for pointer, size in marks["reduced"])
-    how = "ddp" if marks["ddp"] else "all_reduce" if by_hand else None
-    marks["ddp"], marks["reduced"] = False, []
-    return how
+    return any(pointer in pointers or size in sizes for pointer, size in marks["reduced"])
 
 
 def first_step_gradients(state: RankState, params) -> tuple[list[float], list[float]]:
