@@ -18,10 +18,12 @@ from .exercises import EXERCISES, Exercise
 from .judge.checks import SYNC_TOLERANCE, run_checks, training_sampler, weight_spread
 from .judge.hints import hint_for
 from .judge.records import RunRecords, collect, collect_own_launcher
+from .judge.tampering import TAMPERING_HINT, contradictions
 from .judge.verdict import RankSummary, Report
 from .launch import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE, LAUNCHERS, Job, RankStatus, launcher
 from .launch import backend as backends
 from .launch.own import launch_own
+from .launch.sandbox import why_unavailable
 from .wording import RANK_STATUS_WORDS, exit_phrase
 
 MAX_WORLD_SIZE = 16
@@ -41,6 +43,25 @@ def _validated(exercise: str, world_size: int, backend: str, timeout_s: float, l
     if launcher_kind is not None and launcher_kind not in LAUNCHERS:
         raise CannotGrade(f"Unknown launcher {launcher_kind!r}.", f"Choose one of: {', '.join(LAUNCHERS)}.")
     return EXERCISES[exercise]
+
+
+SANDBOX_POLICIES = ("required", "auto", "off")
+_UNSANDBOXED = {"off": "the grader was told to run without the sandbox (--unsafe-no-sandbox)"}
+
+
+def _sandboxed(policy: str) -> bool:
+    """required: instructor grading, never without the sandbox. auto: a
+    student's own check, which can only fool the student where there is none."""
+    if policy not in SANDBOX_POLICIES:
+        raise CannotGrade(f"Unknown sandbox policy {policy!r}.", f"Choose one of: {', '.join(SANDBOX_POLICIES)}.")
+    reason = why_unavailable()
+    if policy == "required" and reason is not None:
+        raise CannotGrade(
+            f"Cannot grade in a sandbox here: {reason}.",
+            "Grade as root on Linux, or add --unsafe-no-sandbox to run the student's code unconfined "
+            "(only for code you trust, such as your own).",
+        )
+    return policy != "off" and reason is None
 
 
 def _files(folder: Path) -> set[str]:
@@ -69,6 +90,7 @@ def _run(
     timeout_s: float,
     fork_from_here: bool,
     launcher_kind: str,
+    sandboxed: bool,
 ) -> RunRecords:
     resolved, hide_gpus = backends.resolve(backend, world_size)
     workdir, private_dir = run_dir / "work", run_dir / "private"
@@ -80,7 +102,9 @@ def _run(
     if problem is not None:
         return RunRecords(exercise.name, world_size, resolved, [], None, problem=problem)
     provided = _files(workdir)
-    job = Job(world_size, resolved, hide_gpus, timeout_s, module_path, workdir, sub.is_notebook, fork_from_here)
+    job = Job(
+        world_size, resolved, hide_gpus, timeout_s, module_path, workdir, sub.is_notebook, fork_from_here, sandboxed
+    )
     result = launcher(launcher_kind).launch(job, private_dir)
     run = collect(exercise.name, world_size, resolved, result, sorted(_files(workdir) - provided))
     saved = [e["path"] for r in run.ranks for e in r.all("torch_save")]
@@ -110,15 +134,20 @@ def record(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     fork_from_here: bool = False,
     launcher_kind: str | None = None,
+    sandbox: str = "auto",
 ) -> tuple[submissions.Submission, RunRecords]:
     """Load, preflight and launch: the submission and the records of its run,
     not yet judged. Raises CannotGrade when it cannot be graded at all."""
     chosen = _validated(exercise, world_size, backend, timeout_s, launcher_kind)
+    sandboxed = _sandboxed(sandbox)
     sub = submissions.load(path)
     run_dir = Path(tempfile.mkdtemp(prefix="ddp-grade-"))
     try:
         kind = launcher_kind or chosen.launcher
-        return sub, _run(chosen, sub, run_dir, world_size, backend, timeout_s, fork_from_here, kind)
+        run = _run(chosen, sub, run_dir, world_size, backend, timeout_s, fork_from_here, kind, sandboxed)
+        if not sandboxed:
+            run.unsandboxed = _UNSANDBOXED.get(sandbox) or why_unavailable() or ""
+        return sub, run
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
 
@@ -169,9 +198,26 @@ def _location(sub: submissions.Submission, frame: dict | None) -> str:
     return f" ({sub.path.name}, {sub.where(frame['line'])}, {where}{code})"
 
 
+def _over_limit(run: RunRecords, rank: int) -> str | None:
+    """The sandbox's limit that stopped this rank, in words; None if none did."""
+    evidence = run.launch.evidence
+    if rank in evidence.over_memory:
+        return (
+            f"rank {rank} went over the {_gib(evidence.limits['memory_bytes'])} memory limit, so the kernel stopped it"
+        )
+    return None
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:g} GiB"
+
+
 def _rank_error(run: RunRecords, sub: submissions.Submission, rank: int) -> str | None:
     records = run.ranks[rank]
     error, outcome = records.error, records.outcome
+    over = _over_limit(run, rank)
+    if over is not None:
+        return over
     if error is not None:
         name = "" if error["from_grader"] else f"{error['type']}: "
         return f"{name}{error['message']}{_location(sub, _error_frame(records))}"
@@ -208,6 +254,9 @@ def _stopped_at(run: RunRecords, sub: submissions.Submission) -> str:
 def _launch_error(run: RunRecords, sub: submissions.Submission, ranks: list[RankSummary]) -> tuple[str | None, str]:
     if run.problem is not None:
         return run.problem.message, run.problem.hint
+    tampering = contradictions(run)
+    if tampering:
+        return f"Tampering detected: {'; '.join(tampering)}.", TAMPERING_HINT
     result = run.launch
     if result.start_error:
         return (
@@ -308,4 +357,5 @@ def _report(run: RunRecords, sub: submissions.Submission, verdicts) -> Report:
         details=_details(run),
         probe_errors=_probe_errors(run),
         stopped_at=_stopped_at(run, sub),
+        unsandboxed=run.unsandboxed,
     )

@@ -38,3 +38,11 @@ def plural(count: int, noun: str) -> str:
 def points(value: float) -> str:
     """17.0 -> '17', 0.5 -> '0.5'."""
     return f"{value:g}"
+
+
+def unsandboxed_note(report) -> str:
+    """One line for a report whose ranks ran without the sandbox."""
+    return (
+        f"your code ran unconfined, as your own user ({report.unsandboxed}). That is fine for checking your own "
+        "work; the instructor's grading runs it in a sandbox."
+    )

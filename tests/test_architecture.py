@@ -15,6 +15,7 @@ from autograder.exercises import ASSIGNMENTS, EXERCISES, LEFT_BY_RUNNING
 from autograder.judge import events
 from autograder.judge.checks import CHECKS
 from autograder.launch import LAUNCHERS
+from autograder.launch.channel import RecordChannel
 from autograder.rank.probes.state import RankState
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,14 +96,17 @@ def test_every_event_kind_is_written_by_a_probe_and_read_by_the_judge():
 
 
 def test_a_probe_cannot_record_what_the_schema_does_not_declare(tmp_path):
-    state = RankState(0, 1, "gloo", str(tmp_path / "store"), str(tmp_path), str(tmp_path / "rank0.jsonl"), False)
+    (tmp_path / "channel").mkdir()
+    channel = RecordChannel(tmp_path / "channel")
+    state = RankState(0, 1, "gloo", str(tmp_path / "store"), str(tmp_path), channel.path, False)
     state.record("torch_save", path="/x.pt")
     with pytest.raises(events.UnknownEvent, match="undeclared fields"):
         state.record("torch_save", path="/x.pt", size=3)
     with pytest.raises(events.UnknownEvent, match="no event kind"):
         state.record("set_epoch", epoch=1)
     state.close()
-    assert (tmp_path / "rank0.jsonl").read_text().count("\n") == 1
+    channel.close()
+    assert [e["kind"] for e in channel.events("rank", 0)] == ["torch_save"]
 
 
 def test_the_judge_reads_missing_fields_as_their_defaults():

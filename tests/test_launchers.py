@@ -8,14 +8,13 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from conftest import SOLUTIONS, processes_mentioning, robustness_case
 
 from autograder import grade
-from autograder.judge.records import read_events
 from autograder.launch import Job, RankStatus, launcher
+from autograder.launch.channel import RecordChannel
 
 
 @pytest.mark.parametrize("kind", ["mp", "process"])
@@ -39,6 +38,8 @@ def test_the_process_launcher_keeps_the_deadline_and_stops_every_rank(tmp_path):
 def test_a_rank_starts_from_its_command_line_with_the_rank_from_the_environment(tmp_path):
     """What a torchrun or srun agent does: it knows only the spec file and RANK."""
     (tmp_path / "work").mkdir()
+    (tmp_path / "channel").mkdir()
+    channel = RecordChannel(tmp_path / "channel")
     code = tmp_path / "linear_regression_ddp.py"
     code.write_text((SOLUTIONS / "linear_regression_ddp.py").read_text())
     spec = {
@@ -49,7 +50,7 @@ def test_a_rank_starts_from_its_command_line_with_the_rank_from_the_environment(
         "module_path": str(code),
         "workdir": str(tmp_path / "work"),
         "store_path": str(tmp_path / "store"),
-        "record_paths": [str(tmp_path / "rank0.jsonl")],
+        "channel_path": channel.path,
         "output_paths": [str(tmp_path / "rank0.out")],
         "stack_paths": [str(tmp_path / "rank0.stack")],
         "inherited_fds": [],
@@ -63,6 +64,7 @@ def test_a_rank_starts_from_its_command_line_with_the_rank_from_the_environment(
         text=True,
     )
     assert done.returncode == 0, (tmp_path / "rank0.out").read_text()[-2000:]
-    kinds = [e["kind"] for e in read_events(Path(spec["record_paths"][0]))]
+    channel.close()
+    kinds = [e["kind"] for e in channel.events("rank", 0)]
     assert kinds[0] == "init_process_group" and kinds[-1] == "rank_done"
     assert "linear_regression.pt" in os.listdir(tmp_path / "work")

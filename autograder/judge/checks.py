@@ -20,6 +20,7 @@ from ..launch import MAX_OWN_LAUNCHER_RANKS, RankStatus
 from ..wording import plural, ranks_text
 from .events import parse
 from .records import RankRecords, RunRecords
+from .tampering import TAMPERING_HINT, contradictions
 from .verdict import FAILED, SKIPPED, Outcome, Verdict, failed, not_reached, passed, skipped
 
 SYNC_TOLERANCE = 1e-4  # relative spread of the parameter fingerprints
@@ -113,6 +114,9 @@ def _not_runnable(run: RunRecords) -> Outcome | None:
     tampered = next((r for r in run.ranks if r.malformed), None)
     if tampered is not None:
         return not_reached(f"Not checked: {run.why_not_reached(tampered.rank)}.", tampered.rank)
+    found = contradictions(run)
+    if found:
+        return failed(f"Not checked: tampering detected: {found[0]}.", TAMPERING_HINT)
     return None
 
 
@@ -499,7 +503,7 @@ def _unsynced(run: RunRecords) -> Outcome | None:
         end = r.first("training_end")
         if end is None or not end["steps"]:
             continue
-        synced = _distributed_steps(r)
+        synced = r.averaged_steps
         if synced < end["steps"]:
             alone = "none" if not synced else f"only {synced}"
             return failed(
@@ -651,16 +655,10 @@ def training(run: RunRecords) -> Outcome:
     return passed(f"The loss fell: {over}{so_far} {means}.")
 
 
-def _distributed_steps(r: RankRecords) -> int:
-    """Steps whose gradients were averaged over the ranks, by DDP or by hand."""
-    end = r.first("training_end")
-    return end["ddp_synced_steps"] + end["allreduce_synced_steps"] if end else 0
-
-
 def _trained_alone(r: RankRecords) -> bool:
     """It stepped, and no step averaged its gradients with the other ranks."""
     end = r.first("training_end")
-    return end is not None and end["steps"] > 0 and not _distributed_steps(r)
+    return end is not None and end["steps"] > 0 and not r.averaged_steps
 
 
 def _not_distributed(r: RankRecords, so: str) -> Outcome:

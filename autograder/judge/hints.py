@@ -4,6 +4,8 @@ in the text gives the hint."""
 
 from __future__ import annotations
 
+from ..launch.sandbox import Limits
+
 NO_GPU = "This run has no GPU. Choose the device with torch.cuda.is_available() and fall back to the CPU."
 ENVIRONMENT_RANK = (
     "Use the rank and world_size that main receives: RANK is set by torchrun, not by mp.spawn, which passes "
@@ -48,6 +50,25 @@ HINTS: tuple[tuple[str | tuple[str, ...], str], ...] = (
     (
         "Expected to have finished reduction in the prior iteration",
         "Some parameters got no gradient: every parameter of the DDP model must take part in the loss.",
+    ),
+    (
+        "memory limit",
+        "Use less memory: keep one copy of the data set per rank, a smaller batch, and no list of every "
+        "batch's tensors (store loss.item(), not loss).",
+    ),
+    (
+        "File too large",
+        f"The grader lets a rank write files of up to {Limits.file_bytes >> 30} GiB: save the model's state_dict "
+        "only, and write logs from rank 0 only.",
+    ),
+    (
+        "Resource temporarily unavailable",
+        "The run reached the grader's limit on processes and threads: do not start processes in a loop, and "
+        "leave DataLoader's num_workers small.",
+    ),
+    (
+        "can't start new thread",
+        "The run reached the grader's limit on processes and threads: do not start threads in a loop.",
     ),
     ("Connection closed by peer", "Another rank stopped first; its error is the one to fix."),
     ("Connection reset by peer", "Another rank stopped first; its error is the one to fix."),

@@ -3,11 +3,10 @@ the event schema declares them) and what the launcher saw from outside."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from ..launch import MAX_OWN_LAUNCHER_RANKS, LaunchResult, RankOutcome, RankStatus
+from ..launch.sandbox import Evidence
 from ..submission import StudentProblem
 from ..wording import RANK_STATUS_WORDS, exit_phrase
 from .events import EVENTS, is_malformed, parse
@@ -51,6 +50,12 @@ class RankRecords:
     def error(self) -> dict | None:
         return self.first("error")
 
+    @property
+    def averaged_steps(self) -> int:
+        """Steps whose gradients were averaged over the ranks, by DDP or by hand."""
+        end = self.first("training_end")
+        return end["ddp_synced_steps"] + end["allreduce_synced_steps"] if end else 0
+
 
 @dataclass
 class RunRecords:
@@ -68,6 +73,7 @@ class RunRecords:
     own_launcher_ranks: list[RankRecords] = field(default_factory=list)
     # What the grader found in each checkpoint the ranks left (disk.py): real path -> {"problem", "error"}.
     checkpoints: dict[str, dict] = field(default_factory=dict)
+    unsandboxed: str = ""  # why the ranks ran without the sandbox; "" when they ran in it
 
     @property
     def all_finished(self) -> bool:
@@ -126,7 +132,7 @@ class RunRecords:
     def to_dict(self) -> dict:
         launch = None
         if self.launch is not None:
-            launch = asdict(self.launch) | {"record_paths": []}
+            launch = asdict(self.launch) | {"records": [], "started_records": []}
         return {
             "exercise": self.exercise,
             "world_size": self.world_size,
@@ -138,6 +144,7 @@ class RunRecords:
             "own_launcher": _own_launcher_dict(self.own_launcher),
             "own_launcher_ranks": [r.events for r in self.own_launcher_ranks],
             "checkpoints": self.checkpoints,
+            "unsandboxed": self.unsandboxed,
         }
 
     @classmethod
@@ -145,7 +152,8 @@ class RunRecords:
         launch = None
         if data["launch"] is not None:
             outcomes = [_rebuilt_outcome(o) for o in data["launch"]["ranks"]]
-            launch = LaunchResult(**(data["launch"] | {"ranks": outcomes}))
+            evidence = Evidence(**data["launch"]["evidence"])
+            launch = LaunchResult(**(data["launch"] | {"ranks": outcomes, "evidence": evidence}))
         ranks = [
             RankRecords(
                 r["rank"],
@@ -177,6 +185,7 @@ class RunRecords:
                 for rank, events in enumerate(data.get("own_launcher_ranks", []))
             ],
             data.get("checkpoints", {}),
+            data.get("unsandboxed", ""),
         )
 
 
@@ -198,47 +207,24 @@ def _outcome(launch: LaunchResult | None, rank: int) -> RankOutcome | None:
     return launch.ranks[rank] if launch is not None and rank < len(launch.ranks) else None
 
 
-def read_records(rank: int, path: Path, outcome: RankOutcome | None) -> RankRecords:
-    raw = _read_lines(path)
+def read_records(rank: int, raw: list, outcome: RankOutcome | None) -> RankRecords:
     return RankRecords(rank, _parsed(raw), outcome, sum(map(is_malformed, raw)))
 
 
-def read_events(path: Path) -> list[dict]:
-    return _parsed(_read_lines(path))
-
-
-def _read_lines(path: Path) -> list:
-    lines = []
-    try:
-        with open(path, errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        pass
-    raw = []
-    for line in lines:
-        try:
-            raw.append(json.loads(line))
-        except ValueError:  # the last line of a killed rank may be cut short
-            pass
-    return raw
-
-
 def collect_own_launcher(launch: LaunchResult) -> tuple[RankRecords, list[RankRecords]]:
-    """The launcher's records, and those of the ranks it started (each beside the launcher's, .rank<i>)."""
-    events = read_events(launch.record_paths[0]) if launch.record_paths else []
+    """The launcher's records, and those of the ranks it started."""
+    events = _parsed(launch.records[0]) if launch.records else []
     launcher_records = RankRecords(0, events, launch.ranks[0] if launch.ranks else None)
     asked = next((e["nprocs"] for e in events if e["kind"] == "spawn_called"), 0)
     count = asked if isinstance(asked, int) and 0 < asked <= MAX_OWN_LAUNCHER_RANKS else 0
-    started = [RankRecords(i, read_events(Path(f"{launch.record_paths[0]}.rank{i}")), None) for i in range(count)]
+    started = [RankRecords(i, _parsed(launch.started_records[i]), None) for i in range(count)]
     return launcher_records, started
 
 
 def collect(exercise: str, world_size: int, backend: str, launch: LaunchResult, files_left) -> RunRecords:
-    paths = launch.record_paths
+    streams = launch.records
     ranks = [
-        read_records(rank, paths[rank], _outcome(launch, rank))
-        if rank < len(paths)
-        else RankRecords(rank, [], _outcome(launch, rank))
+        read_records(rank, streams[rank] if rank < len(streams) else [], _outcome(launch, rank))
         for rank in range(world_size)
     ]
     return RunRecords(exercise, world_size, backend, ranks, launch, files_left)

@@ -94,6 +94,8 @@ class Report:
     # Where the root-cause rank stopped, "LINE (file, line N)", for the row
     # that gathers the checks the run did not reach. Empty for a run that finished.
     stopped_at: str = ""
+    # Why the ranks ran without the sandbox (a student's own machine); "" when they ran in it.
+    unsandboxed: str = ""
 
     @property
     def score(self) -> float:

@@ -3,9 +3,9 @@ deadline, and leave no process behind.
 
 A launcher is one class behind the `Launcher` interface. It is given a `Job`
 (what to run) and a private folder, lays out the run's own files there (the
-rendezvous store, the record and output of each rank) and returns a
-`LaunchResult`: what it saw of each rank from outside, and where each rank's
-records are. This module imports no torch, so the judge and the notebook side
+rendezvous store, the records socket, each rank's output) and returns a
+`LaunchResult`: each rank's records, and what it saw of the run from
+outside. This module imports no torch, so the judge and the notebook side
 can use its types.
 """
 
@@ -17,6 +17,8 @@ from enum import StrEnum
 from importlib import import_module
 from pathlib import Path
 from typing import ClassVar
+
+from .sandbox import Evidence, Limits
 
 DEFAULT_WORLD_SIZE = 2
 DEFAULT_TIMEOUT_S = 120.0
@@ -49,10 +51,13 @@ class RankOutcome:
 class LaunchResult:
     ranks: list[RankOutcome]
     duration_s: float
-    record_paths: list[Path] = field(default_factory=list)  # one per rank, where its events are
+    records: list[list] = field(default_factory=list)  # per rank, the raw events it sent
     first_failure: int | None = None  # the rank the launcher saw fail first
     hung: list[int] = field(default_factory=list)
     start_error: str | None = None  # the ranks could not be started at all
+    started_records: list[list] = field(default_factory=list)  # per rank a student's own launcher started
+    evidence: Evidence = field(default_factory=Evidence)
+    intrusions: list[str] = field(default_factory=list)  # record streams the channel kept out
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,8 @@ class Job:
     is_notebook: bool
     # This process has run no torch computation, so ranks may fork from it.
     fork_from_here: bool = False
+    sandboxed: bool = False  # the ranks run in the run's sandbox (sandbox.py)
+    limits: Limits = Limits()
 
 
 class Launcher(ABC):

@@ -13,6 +13,7 @@ from ..rank.runner import run_rank
 from ..rank.spec import RankSpec
 from . import Job, Launcher, LaunchResult
 from .capture import CappedOutput
+from .contain import Containment
 from .supervise import StartedRank, start_error, stop_all, supervise
 
 
@@ -52,9 +53,12 @@ class MultiprocessingLauncher(Launcher):
 
     def launch(self, job: Job, private_dir: Path) -> LaunchResult:
         method = start_method(job)
+        containment = Containment(job, private_dir)
         captures = [CappedOutput(str(private_dir / f"rank{r}.out")) for r in range(job.world_size)]
-        inherited = [fd for c in captures for fd in c.parent_fds] if method == "fork" else []
-        spec = RankSpec.for_run(job, private_dir, [c.path for c in captures], inherited)
+        inherited = (
+            [*containment.parent_fds, *(fd for c in captures for fd in c.parent_fds)] if method == "fork" else []
+        )
+        spec = RankSpec.for_run(job, private_dir, containment, [c.path for c in captures], inherited)
         started_at = time.monotonic()
         failure = None
         try:
@@ -65,6 +69,6 @@ class MultiprocessingLauncher(Launcher):
             capture.start()
         if failure is not None:
             stop_all([], captures)
-            return start_error(started_at, failure)
+            return start_error(started_at, failure, containment)
         ranks = [_started(p) for p in context.processes]
-        return supervise(ranks, captures, spec, started_at, job.timeout_s)
+        return supervise(ranks, captures, spec, started_at, job.timeout_s, containment)

@@ -14,14 +14,17 @@ from pathlib import Path
 from ..rank.spec import RankSpec
 from . import Job, LaunchResult
 from .capture import CappedOutput
+from .contain import Containment
 from .supervise import start_command, start_error, stop_all, supervise
 
 
 def launch_own(job: Job, private_dir: Path) -> LaunchResult:
     """One process, the launcher, with the ranks it starts in its process group."""
     private_dir.mkdir()
+    one_process = replace(job, world_size=1)
+    containment = Containment(one_process, private_dir)
     capture = CappedOutput(str(private_dir / "launcher.out"))
-    spec = RankSpec.for_run(replace(job, world_size=1), private_dir, [capture.path])
+    spec = RankSpec.for_run(one_process, private_dir, containment, [capture.path])
     spec_path = private_dir / "spec.json"
     spec_path.write_text(spec.to_json())
     capture.start()
@@ -30,8 +33,8 @@ def launch_own(job: Job, private_dir: Path) -> LaunchResult:
         started = start_command([sys.executable, "-m", "autograder.rank.own_launcher", str(spec_path)], capture.path)
     except Exception as error:  # e.g. out of memory or processes
         stop_all([], [capture])
-        return start_error(started_at, error)
+        return start_error(started_at, error, containment)
     try:
-        return supervise([started], [capture], spec, started_at, job.timeout_s)
+        return supervise([started], [capture], spec, started_at, job.timeout_s, containment)
     finally:
         os.close(started.sentinel)

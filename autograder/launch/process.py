@@ -16,6 +16,7 @@ from pathlib import Path
 from ..rank.spec import RankSpec
 from . import Job, Launcher, LaunchResult
 from .capture import CappedOutput
+from .contain import Containment
 from .supervise import StartedRank, start_command, start_error, stop_all, supervise
 
 
@@ -23,8 +24,9 @@ class ProcessLauncher(Launcher):
     kind = "process"
 
     def launch(self, job: Job, private_dir: Path) -> LaunchResult:
+        containment = Containment(job, private_dir)
         captures = [CappedOutput(str(private_dir / f"rank{r}.out")) for r in range(job.world_size)]
-        spec = RankSpec.for_run(job, private_dir, [c.path for c in captures])
+        spec = RankSpec.for_run(job, private_dir, containment, [c.path for c in captures])
         spec_path = private_dir / "spec.json"
         spec_path.write_text(spec.to_json())
         for capture in captures:
@@ -38,8 +40,8 @@ class ProcessLauncher(Launcher):
                     ranks.append(start_command(argv, spec.output_paths[rank]))
             except Exception as error:  # e.g. out of memory or processes
                 stop_all(ranks, captures)
-                return start_error(started_at, error)
-            return supervise(ranks, captures, spec, started_at, job.timeout_s)
+                return start_error(started_at, error, containment)
+            return supervise(ranks, captures, spec, started_at, job.timeout_s, containment)
         finally:
             for started in ranks:
                 os.close(started.sentinel)

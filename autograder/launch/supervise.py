@@ -15,11 +15,11 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..rank.spec import STACK_SIGNAL, RankSpec
-from . import LaunchResult, RankOutcome, RankStatus
+from . import MAX_OWN_LAUNCHER_RANKS, LaunchResult, RankOutcome, RankStatus
 from .capture import CappedOutput
+from .contain import Containment
 
 POLL_S = 0.1
 STACK_WAIT_S = 1.0
@@ -83,11 +83,17 @@ def _watch(ranks: list[StartedRank], deadline: float) -> tuple[dict[int, float],
 
 
 def supervise(
-    ranks: list[StartedRank], captures: list[CappedOutput], spec: RankSpec, started_at: float, timeout_s: float
+    ranks: list[StartedRank],
+    captures: list[CappedOutput],
+    spec: RankSpec,
+    started_at: float,
+    timeout_s: float,
+    containment: Containment,
 ) -> LaunchResult:
     """Watch the ranks to the end, then kill all that is left and gather what was seen."""
     exit_times: dict[int, float] = {}
     first_failure, hung = None, []
+    evidence = None
     try:
         exit_times, first_failure = _watch(ranks, started_at + timeout_s)
         hung = [r for r in range(len(ranks)) if r not in exit_times and first_failure is None]
@@ -100,6 +106,7 @@ def supervise(
             time.sleep(STACK_WAIT_S)
     finally:
         stop_all(ranks, captures)
+        evidence = containment.finish()
     outcomes = []
     for rank, started in enumerate(ranks):
         if rank in hung:
@@ -121,10 +128,19 @@ def supervise(
                 capture.tally.summary(),
             )
         )
+    channel = containment.channel
     return LaunchResult(
-        outcomes, time.monotonic() - started_at, [Path(p) for p in spec.record_paths], first_failure, hung
+        outcomes,
+        time.monotonic() - started_at,
+        [channel.events("rank", r) for r in range(len(ranks))],
+        first_failure,
+        hung,
+        started_records=[channel.events("started", r) for r in range(MAX_OWN_LAUNCHER_RANKS)],
+        evidence=evidence,
+        intrusions=channel.intrusions,
     )
 
 
-def start_error(started_at: float, error: BaseException) -> LaunchResult:
+def start_error(started_at: float, error: BaseException, containment: Containment) -> LaunchResult:
+    containment.finish()
     return LaunchResult([], time.monotonic() - started_at, start_error=f"{type(error).__name__}: {error}")

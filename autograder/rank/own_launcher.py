@@ -18,49 +18,46 @@ launch it again inside each rank.
 
 from __future__ import annotations
 
-import faulthandler
 import os
 import runpy
 import sys
 
-from .._process import die_with_parent
 from ..launch import MAX_OWN_LAUNCHER_RANKS
 from .probes import process_group, spawn_guard
 from .probes.state import RankState, StudentError
-from .runner import TORCHRUN_VARIABLES, redirect_output
-from .spec import STACK_SIGNAL, RankSpec
+from .runner import enter_sandbox, isolate, open_channels, prepare_environment
+from .spec import RankSpec
 
-SPEC_VARIABLE = "DDP_GRADER_OWN_LAUNCHER"  # the spec's path, for the ranks the student's launcher starts
+SPEC_VARIABLE = "DDP_GRADER_OWN_LAUNCHER"  # the spec, for the ranks the student's launcher starts
 HOOK_DIR = os.path.join(os.path.dirname(__file__), "spawned_hook")
 
 
-def _state(spec: RankSpec, rank: int, world_size: int, record_path: str) -> RankState:
+def _state(spec: RankSpec, rank: int, world_size: int, channel_path: str) -> RankState:
     return RankState(
         rank=rank,
         world_size=world_size,
         backend=spec.backend,
         store_path=spec.store_path,
         workdir=spec.workdir,
-        record_path=record_path,
+        channel_path=channel_path,
         is_notebook=spec.is_notebook,
+        role="started",
     )
 
 
 def _spec_from_environment() -> RankSpec:
-    with open(os.environ[SPEC_VARIABLE]) as f:
-        return RankSpec.from_json(f.read())
+    return RankSpec.from_json(os.environ[SPEC_VARIABLE])
 
 
 def guard_spawned_rank() -> None:
     """Called by the hook at the start of every process the student's launcher spawns."""
-    spec = _spec_from_environment()
-    spawn_guard.install(_state(spec, 0, 1, os.devnull))
+    spawn_guard.install(_state(_spec_from_environment(), 0, 1, ""))
 
 
 def _rank_with_probes(rank: int, fn, args, world_size: int) -> None:
     """What each started rank runs: the student's function, on the grader's rendezvous."""
     spec = _spec_from_environment()
-    state = _state(spec, rank, world_size, f"{spec.record_paths[0]}.rank{rank}")
+    state = _state(spec, rank, world_size, spec.channel_path)
     process_group.install(state)
     try:
         fn(rank, *args)
@@ -106,26 +103,13 @@ def _install_spawn_probe(state: RankState) -> None:
 
 
 def run(spec: RankSpec) -> None:
-    os.setpgid(0, 0)  # the launcher kills this group: the ranks the student started are in it
-    die_with_parent()
-    redirect_output(spec.output_paths[0])
-    stack_file = open(spec.stack_paths[0], "w")
-    faulthandler.enable(stack_file)
-    faulthandler.register(STACK_SIGNAL, stack_file, all_threads=False)
-    for name in TORCHRUN_VARIABLES:  # `python FILE` is not torchrun
-        os.environ.pop(name, None)
-    if spec.hide_gpus:
-        os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    spec_path = os.path.join(os.path.dirname(spec.store_path), "own_launcher_spec.json")
-    with open(spec_path, "w") as f:
-        f.write(spec.to_json())
-    os.environ[SPEC_VARIABLE] = spec_path
+    # The launcher kills this process's group: the ranks the student started are in it.
+    isolate(spec)
+    state = open_channels(spec, 0)
+    enter_sandbox(spec, 0, state)
+    prepare_environment(spec)  # `python FILE` is not torchrun
+    os.environ[SPEC_VARIABLE] = spec.to_json()
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (HOOK_DIR, os.environ.get("PYTHONPATH")) if p)
-    os.chdir(spec.workdir)
-    sys.path.insert(0, spec.source_dir)
-    sys.argv = [spec.module_path]
-
-    state = _state(spec, 0, 1, spec.record_paths[0])
     failed, error_text = False, ""
     try:
         _install_spawn_probe(state)

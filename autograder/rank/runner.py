@@ -11,6 +11,7 @@ import sys
 import traceback
 
 from .._process import die_with_parent
+from ..launch import sandbox
 from . import probes
 from .probes.state import RankState, StudentError
 from .spec import STACK_SIGNAL, RankSpec
@@ -33,7 +34,7 @@ TORCHRUN_VARIABLES = (
 )
 
 
-def _isolate(spec: RankSpec) -> None:
+def isolate(spec: RankSpec) -> None:
     """Own process group (so the launcher can kill the rank and all it started),
     death with the launcher, and none of the launcher's pipe ends."""
     os.setpgid(0, 0)
@@ -43,6 +44,25 @@ def _isolate(spec: RankSpec) -> None:
             os.close(fd)
         except OSError:
             pass
+
+
+def enter_sandbox(spec: RankSpec, rank: int, state: RankState) -> None:
+    """Into the run's sandbox, if it has one; a rank that cannot get in never runs student code."""
+    if spec.sandbox is None:
+        return
+    try:
+        sandbox.enter(spec.sandbox, rank, spec.workdir)
+    except OSError as error:
+        state.record(
+            "error",
+            type="OSError",
+            from_grader=True,
+            message=f"The grader could not put rank {rank} in its sandbox ({error}).",
+            hint="This is a problem of the grading machine; tell your instructor.",
+            frames=[],
+        )
+        state.record("rank_done", failed=True)
+        os._exit(1)
 
 
 def redirect_output(path: str) -> None:
@@ -119,14 +139,27 @@ def _record_error(state: RankState, error: BaseException, spec: RankSpec) -> Non
     )
 
 
-def run_rank(rank: int, spec: RankSpec) -> None:
-    _isolate(spec)
-    _share_cores(spec.world_size)
-    _fresh_numpy_seed()
+def open_channels(spec: RankSpec, rank: int, role: str = "rank") -> RankState:
+    """The rank's output, stack dump and records go to the launcher: opened
+    before the sandbox, which hides the launcher's files."""
     redirect_output(spec.output_paths[rank])
     stack_file = open(spec.stack_paths[rank], "w")
     faulthandler.enable(stack_file)  # a segfault still leaves a stack
     faulthandler.register(STACK_SIGNAL, stack_file, all_threads=False)
+    return RankState(
+        rank=rank,
+        world_size=spec.world_size,
+        backend=spec.backend,
+        store_path=spec.store_path,
+        workdir=spec.workdir,
+        channel_path=spec.channel_path,
+        is_notebook=spec.is_notebook,
+        role=role,
+    )
+
+
+def prepare_environment(spec: RankSpec) -> None:
+    """What the student's own launcher would give the process, and no more."""
     for name in TORCHRUN_VARIABLES:
         os.environ.pop(name, None)
     if spec.hide_gpus:
@@ -135,15 +168,14 @@ def run_rank(rank: int, spec: RankSpec) -> None:
     sys.path.insert(0, spec.source_dir)
     sys.argv = [spec.module_path]
 
-    state = RankState(
-        rank=rank,
-        world_size=spec.world_size,
-        backend=spec.backend,
-        store_path=spec.store_path,
-        workdir=spec.workdir,
-        record_path=spec.record_paths[rank],
-        is_notebook=spec.is_notebook,
-    )
+
+def run_rank(rank: int, spec: RankSpec) -> None:
+    isolate(spec)
+    state = open_channels(spec, rank)
+    enter_sandbox(spec, rank, state)
+    _share_cores(spec.world_size)
+    _fresh_numpy_seed()
+    prepare_environment(spec)
     probes.install(state)
     failed = False
     try:

@@ -10,6 +10,8 @@ import signal
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..launch.sandbox import SandboxView
+
 STACK_SIGNAL = signal.SIGUSR1  # a rank's faulthandler dumps its Python stack on this
 
 
@@ -22,10 +24,11 @@ class RankSpec:
     module_path: str
     workdir: str
     store_path: str  # the rendezvous, owned by the launcher
-    record_paths: tuple[str, ...]
+    channel_path: str  # the socket the ranks send their records to
     output_paths: tuple[str, ...]
     stack_paths: tuple[str, ...]
     inherited_fds: tuple[int, ...] = ()  # the launcher's pipe ends, closed in forked ranks
+    sandbox: SandboxView | None = None  # where the ranks join the run's sandbox; None: they run as the grader
 
     @property
     def source_dir(self) -> str:
@@ -37,10 +40,14 @@ class RankSpec:
     @classmethod
     def from_json(cls, text: str) -> RankSpec:
         data = json.loads(text)
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        if fields.get("sandbox") is not None:
+            view = fields["sandbox"]
+            fields["sandbox"] = SandboxView(**(view | {"memory_cgroups": tuple(view["memory_cgroups"])}))
+        return cls(**fields)
 
     @classmethod
-    def for_run(cls, job, private_dir: Path, output_paths, inherited_fds=()) -> RankSpec:
+    def for_run(cls, job, private_dir: Path, containment, output_paths, inherited_fds=()) -> RankSpec:
         """The layout every local launcher uses: one private folder per run."""
         ranks = range(job.world_size)
         return cls(
@@ -50,9 +57,10 @@ class RankSpec:
             is_notebook=job.is_notebook,
             module_path=str(job.module_path),
             workdir=str(job.workdir),
-            store_path=str(private_dir / "store"),
-            record_paths=tuple(str(private_dir / f"rank{r}.jsonl") for r in ranks),
+            store_path=containment.store_path,
+            channel_path=containment.channel.path,
             output_paths=tuple(str(p) for p in output_paths),
             stack_paths=tuple(str(private_dir / f"rank{r}.stack") for r in ranks),
             inherited_fds=tuple(inherited_fds),
+            sandbox=containment.sandbox_view,
         )

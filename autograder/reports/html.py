@@ -21,7 +21,7 @@ from pathlib import PurePath
 from .._files import write_text
 from ..judge.verdict import FAILED, PASSED, SKIPPED, RankSummary, Report, Verdict
 from ..launch import RankStatus
-from ..wording import RANK_STATUS_WORDS, exit_words, plural, points
+from ..wording import RANK_STATUS_WORDS, exit_words, plural, points, unsandboxed_note
 from . import plots
 
 OUTPUT_CHARS = 10_000  # per rank; at most the JSON's, so a round trip shows the same
@@ -115,6 +115,8 @@ def _problem(report: Report) -> str:
         parts.append(
             _box("hint", f'<div style="font-weight: 700; margin-bottom: 2px">The grader had a problem</div>{notes}')
         )
+    if report.unsandboxed:
+        parts.append(_box("hint", f"<div><b>No sandbox:</b> {_e(unsandboxed_note(report))}</div>"))
     return "".join(parts)
 
 

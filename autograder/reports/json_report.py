@@ -60,6 +60,7 @@ def to_dict(report: Report) -> dict:
         ],
         "files_left": report.files_left,
         "probe_errors": report.probe_errors,
+        "unsandboxed": report.unsandboxed or None,
         "details": report.details,
     }
 
@@ -82,6 +83,7 @@ def from_dict(data: dict) -> Report:
         checks=checks,
         error_hint=data.get("error_hint") or "",
         stopped_at=data.get("stopped_at") or "",
+        unsandboxed=data.get("unsandboxed") or "",
     )
 
 

@@ -8,7 +8,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 from ..judge.verdict import FAILED, PASSED, SKIPPED, Report, Verdict
-from ..wording import plural, points
+from ..wording import plural, points, unsandboxed_note
 
 MARKS = {PASSED: ("PASS", "green"), FAILED: ("FAIL", "bold red"), SKIPPED: ("SKIP", "yellow")}
 OUTPUT_LINES = 15
@@ -55,6 +55,8 @@ def render(report: Report, console: Console, show_output: bool = False) -> None:
         console.print(Padding(Text.assemble(("Hint: ", "bold cyan"), missed[0].hint), (0, 0, 0, 6)))
     for note in report.probe_errors:
         console.print(Text.assemble(("\nGrader problem: ", "bold yellow"), note))
+    if report.unsandboxed:
+        console.print(Text.assemble(("\nNo sandbox: ", "bold yellow"), unsandboxed_note(report)))
     console.print(
         Text.assemble(
             ("\nScore: ", "bold"),

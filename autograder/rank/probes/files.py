@@ -20,7 +20,6 @@ def _is_write(mode, flags) -> bool:
 
 def install(state: RankState) -> None:
     workdir = os.path.realpath(state.workdir) + os.sep
-    private = os.path.realpath(os.path.dirname(state.record_path)) + os.sep
     seen = set()
 
     def hook(event, args):
@@ -29,7 +28,7 @@ def install(state: RankState) -> None:
         if not _is_write(args[1] if len(args) > 1 else None, args[2] if len(args) > 2 else None):
             return
         path = os.path.realpath(os.fsdecode(args[0]))
-        if path.startswith(workdir) and not path.startswith(private) and path not in seen:
+        if path.startswith(workdir) and path not in seen:
             seen.add(path)
             state.record("file_written", path=path)
 
