@@ -16,6 +16,7 @@ from .errors import CannotGrade
 from .exercises import EXERCISES
 from .launch import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE, LAUNCHERS
 from .launch.backend import BACKENDS
+from .launch.sandbox import Limits
 
 EXIT_PASSED, EXIT_FAILED, EXIT_CANNOT_GRADE = 0, 1, 2
 
@@ -34,6 +35,7 @@ def _check(args) -> int:
         fork_from_here=True,
         launcher_kind=args.launcher,
         sandbox="off" if args.unsafe_no_sandbox else "required",
+        limits=Limits(memory_bytes=int(args.memory_limit * 2**30)),
     )
     if args.json:
         json_report.write(report, args.json)
@@ -87,6 +89,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run the ranks without the sandbox, as this user with all its rights: only for code you trust. "
         "Without it, grading refuses to run where it cannot sandbox (it needs root on Linux)",
+    )
+    check.add_argument(
+        "--memory-limit",
+        type=float,
+        default=Limits.memory_bytes / 2**30,
+        metavar="GIB",
+        help=f"memory each rank may use in the sandbox (default {Limits.memory_bytes / 2**30:g} GiB)",
     )
     check.add_argument("--json", metavar="FILE", help="also write the report as JSON")
     check.add_argument("--html", metavar="FILE", help="also write the report as a standalone HTML page")

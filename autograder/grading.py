@@ -23,7 +23,7 @@ from .judge.verdict import RankSummary, Report
 from .launch import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE, LAUNCHERS, Job, RankStatus, launcher
 from .launch import backend as backends
 from .launch.own import launch_own
-from .launch.sandbox import why_unavailable
+from .launch.sandbox import DEFAULT_LIMITS, Limits, why_unavailable
 from .wording import RANK_STATUS_WORDS, exit_phrase
 
 MAX_WORLD_SIZE = 16
@@ -91,6 +91,7 @@ def _run(
     fork_from_here: bool,
     launcher_kind: str,
     sandboxed: bool,
+    limits: Limits,
 ) -> RunRecords:
     resolved, hide_gpus = backends.resolve(backend, world_size)
     workdir, private_dir = run_dir / "work", run_dir / "private"
@@ -103,7 +104,16 @@ def _run(
         return RunRecords(exercise.name, world_size, resolved, [], None, problem=problem)
     provided = _files(workdir)
     job = Job(
-        world_size, resolved, hide_gpus, timeout_s, module_path, workdir, sub.is_notebook, fork_from_here, sandboxed
+        world_size,
+        resolved,
+        hide_gpus,
+        timeout_s,
+        module_path,
+        workdir,
+        sub.is_notebook,
+        fork_from_here,
+        sandboxed,
+        limits,
     )
     result = launcher(launcher_kind).launch(job, private_dir)
     run = collect(exercise.name, world_size, resolved, result, sorted(_files(workdir) - provided))
@@ -135,16 +145,19 @@ def record(
     fork_from_here: bool = False,
     launcher_kind: str | None = None,
     sandbox: str = "auto",
+    limits: Limits = DEFAULT_LIMITS,
 ) -> tuple[submissions.Submission, RunRecords]:
     """Load, preflight and launch: the submission and the records of its run,
     not yet judged. Raises CannotGrade when it cannot be graded at all."""
     chosen = _validated(exercise, world_size, backend, timeout_s, launcher_kind)
     sandboxed = _sandboxed(sandbox)
+    if not limits.memory_bytes >= 2**20:
+        raise CannotGrade(f"--memory-limit must be at least 1 MiB, not {limits.memory_bytes} bytes.")
     sub = submissions.load(path)
     run_dir = Path(tempfile.mkdtemp(prefix="ddp-grade-"))
     try:
         kind = launcher_kind or chosen.launcher
-        run = _run(chosen, sub, run_dir, world_size, backend, timeout_s, fork_from_here, kind, sandboxed)
+        run = _run(chosen, sub, run_dir, world_size, backend, timeout_s, fork_from_here, kind, sandboxed, limits)
         if not sandboxed:
             run.unsandboxed = _UNSANDBOXED.get(sandbox) or why_unavailable() or ""
         return sub, run
@@ -164,6 +177,8 @@ def grade(path: str | os.PathLike, exercise: str, *args, **kwargs) -> Report:
     fork_from_here: start the ranks by forking this process (fast). Only for
     a process that has run no torch computation, such as the command line.
     launcher_kind: how ranks start (autograder.launch.LAUNCHERS); default: the exercise's.
+    sandbox: "required" (never without it), "auto" (where the machine allows) or "off".
+    limits: what each rank may use in the sandbox.
     """
     return judge(*record(path, exercise, *args, **kwargs))
 
@@ -282,7 +297,7 @@ def _launch_error(run: RunRecords, sub: submissions.Submission, ranks: list[Rank
             return (
                 f"Not checked: rank {r.rank}'s records hold {r.malformed} event(s) that the grader did not write, "
                 "so nothing this run recorded can be trusted.",
-                "Leave the grader's files alone (the .jsonl record of each rank).",
+                "Leave the grader's probes and the records they send alone.",
             )
         if r.outcome is not None and r.outcome.status == RankStatus.FINISHED and not r.finished:
             return (

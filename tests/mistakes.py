@@ -118,7 +118,7 @@ FORGE = """def forge():
             target = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             continue
-        if target.endswith(".jsonl"):
+        if target.startswith("socket:"):  # the stream the probes send the records on
             os.write(int(fd), "".join(json.dumps(event) + "\\n" for event in forged).encode())
     os._exit(0)
 
@@ -628,7 +628,7 @@ CATALOGUE = [
         "linear_regression/forged_records",
         LR,
         "Cheat: each rank writes made-up grader records (wrong types, a rank_done)\n"
-        "into its own record file, then leaves at once with os._exit(0).",
+        "into its own record stream, then leaves at once with os._exit(0).",
         (MAIN_STARTS, FORGE + "def main(rank, world_size):\n    forge()\n    setup(rank, world_size)\n"),
     ),
     # For tests/test_robustness.py: correct programs that stress the grader.
@@ -657,5 +657,242 @@ CATALOGUE = [
     ),
 ]
 
-SUBMISSIONS = {submission.name: submission for submission in CATALOGUE}
-assert len(SUBMISSIONS) == len(CATALOGUE), "two entries share a name"
+# --- Attacks on the grader (tests/test_tamper.py): each must gain nothing. ---
+FORGE_FILES = """def forge_record_files(rank):
+    import glob
+    import json
+
+    events = [{"kind": "process_group_ready", "backend": "gloo"}, {"kind": "destroy_process_group"}]
+    lines = "".join(json.dumps(event) + "\\\\n" for event in events)
+    for target in {f"../private/rank{rank}.jsonl", *glob.glob("../**/*.jsonl", recursive=True)}:
+        try:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target, "a") as f:
+                f.write(lines)
+        except OSError:
+            pass
+
+
+"""
+GC_FORGE = """def forge_through_gc():
+    import gc
+
+    for state in gc.get_objects():
+        if type(state).__name__ == "RankState":
+            state.record("init_process_group", backend="gloo", set_device_calls=[])
+            state.record("process_group_ready", backend="gloo")
+            state.record("destroy_process_group", default_group=True)
+
+
+"""
+HIDE_SAVES = """def hide_my_saves(rank):
+    import gc
+
+    for state in gc.get_objects():
+        if type(state).__name__ == "RankState" and rank != 0:
+            honest = state.record
+            hidden = ("torch_save", "file_written")
+            state.record = lambda kind, **facts: None if kind in hidden else honest(kind, **facts)
+
+
+"""
+SAVE_AROUND = {
+    "libc": (
+        "import ctypes\n"
+        "    libc = ctypes.CDLL(None)\n"
+        "    fd = libc.open(CHECKPOINT.encode(), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)\n"
+        "    libc.write(fd, data, len(data))\n"
+        "    libc.close(fd)\n"
+    ),
+    "subprocess": (
+        "import subprocess\n"
+        '    with open("/tmp/state.bin", "wb") as f:\n'
+        "        f.write(data)\n"
+        '    subprocess.run(["sh", "-c", f"cat /tmp/state.bin > {CHECKPOINT}"], check=True)\n'
+    ),
+}
+
+
+def save_around(how: str) -> str:
+    return (
+        "def save_unseen(model):\n"
+        "    import pickle\n\n"
+        "    data = pickle.dumps(model.module.state_dict())\n"
+        f"    {SAVE_AROUND[how]}\n\n"
+    )
+
+
+DAEMON = """def leave_a_daemon():
+    import time
+
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.closerange(3, 1024)
+            reports = []
+            for pid in os.listdir("/proc"):
+                try:
+                    words = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\\\\0")
+                except OSError:
+                    continue
+                if b"--json" in words:
+                    reports.append(words[words.index(b"--json") + 1].decode())
+            time.sleep(3)  # the grader has written its report and exited
+            for report in reports:
+                try:
+                    with open(report, "w") as f:
+                        f.write('{"score": 18}')
+                except OSError:
+                    pass
+            time.sleep(60)
+        os._exit(0)
+    os.wait()
+
+
+"""
+STOP_GRADER = """def stop_the_grader():
+    import signal
+
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            words = open(f"/proc/{pid}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if b"autograder" in words and int(pid) != os.getpid():
+            try:
+                os.kill(int(pid), signal.SIGSTOP)
+            except OSError:
+                pass
+
+
+"""
+PROBE_OUTSIDE = """def look_outside(rank):
+    import pathlib
+    import socket
+
+    import autograder
+
+    course = pathlib.Path(autograder.__file__).resolve().parents[1]
+    secrets = [course / "solutions" / "linear_regression_ddp.py", course / "nbgrader_config.py",
+               course / "source" / "linear_regression" / "linear_regression.ipynb", course / "gradebook.db",
+               pathlib.Path(f"/proc/{os.getppid()}/environ"), pathlib.Path("/root/.bashrc")]
+    for path in secrets:
+        try:
+            path.read_bytes()
+            print(f"LEAKED {path}")
+        except OSError:
+            pass
+    outside = ["/etc/ddp-leak", "/var/tmp/ddp-leak", "/root/ddp-leak"]
+    for path in [course / "LEAK", *map(pathlib.Path, outside)]:
+        try:
+            path.write_text("leak")
+            print(f"WROTE {path}")
+        except OSError:
+            pass
+    try:
+        with socket.create_connection(("127.0.0.1", LISTENER_PORT), timeout=2) as connection:
+            connection.sendall(b"leak")
+            print("CONNECTED")
+    except OSError:
+        pass
+
+
+"""
+HOG = """def hog_memory():
+    hoard = b"x" * (3 * 2**30)  # 3 GiB, every page written
+    print(len(hoard))
+
+
+"""
+FLOOD = """def flood_processes():
+    import subprocess
+
+    return [subprocess.Popen(["sleep", "61.5"]) for _ in range(2000)]
+
+
+"""
+BLANK_MAIN = "def main(rank, world_size):\n    return\n    setup(rank, world_size)\n"
+ON_RANK_0 = "def main(rank, world_size):\n    if rank == 0:\n        {call}\n    setup(rank, world_size)\n"
+ATTACKS = [
+    entry(
+        "tamper/writes_record_files",
+        LR,
+        "Attack: a blank main that appends made-up records to every .jsonl file it can\n"
+        "find beside the ranks' folder, and to ../private/rank<N>.jsonl.",
+        (
+            MAIN_STARTS,
+            FORGE_FILES
+            + "def main(rank, world_size):\n    forge_record_files(rank)\n    return\n    setup(rank, world_size)\n",
+        ),
+    ),
+    entry(
+        "tamper/forges_through_gc",
+        LR,
+        "Attack: a blank main that finds the probes' state with gc and records a\nprocess group that was never made.",
+        (
+            MAIN_STARTS,
+            GC_FORGE + "def main(rank, world_size):\n    forge_through_gc()\n    return\n    setup(rank, world_size)\n",
+        ),
+    ),
+    entry(
+        "tamper/hides_other_ranks_saves",
+        LR,
+        "Attack: every rank saves the checkpoint, and ranks other than 0 patch the\n"
+        "probes' state so that their saves are not recorded.",
+        EVERY_RANK_SAVES,
+        (
+            MAIN_STARTS,
+            HIDE_SAVES + "def main(rank, world_size):\n    setup(rank, world_size)\n    hide_my_saves(rank)\n",
+        ),
+    ),
+    *(
+        entry(
+            f"tamper/saves_through_{how}",
+            LR,
+            f"Attack: ranks other than 0 write the checkpoint too, through {how}, where the\nprobes do not look.",
+            (MAIN_STARTS, save_around(how) + MAIN_STARTS),
+            (
+                "        if rank == 0:\n            weight, bias",
+                "        if rank != 0:\n            save_unseen(model)\n"
+                "        if rank == 0:\n            weight, bias",
+            ),
+        )
+        for how in SAVE_AROUND
+    ),
+    entry(
+        "tamper/daemon_rewrites_report",
+        LR,
+        "Attack: rank 0 leaves a detached daemon that rewrites the grader's --json\n"
+        "report after the grader has exited.",
+        (MAIN_STARTS, DAEMON + ON_RANK_0.format(call="leave_a_daemon()")),
+    ),
+    entry(
+        "tamper/stops_the_grader",
+        LR,
+        "Attack: rank 0 sends SIGSTOP to the grader and to every process of it.",
+        (MAIN_STARTS, STOP_GRADER + ON_RANK_0.format(call="stop_the_grader()")),
+    ),
+    entry(
+        "tamper/looks_outside",
+        LR,
+        "Attack: rank 0 reads the course's solutions, hidden tests, gradebook and the\n"
+        "grader's environment, writes outside its folder, and connects to a listener\n"
+        "outside the run.",
+        (MAIN_STARTS, PROBE_OUTSIDE + ON_RANK_0.format(call="look_outside(rank)")),
+    ),
+    entry(
+        "tamper/hogs_memory",
+        LR,
+        "Attack: rank 0 fills 3 GiB of memory.",
+        (MAIN_STARTS, HOG + ON_RANK_0.format(call="hog_memory()")),
+    ),
+    entry(
+        "tamper/floods_processes",
+        LR,
+        "Attack: rank 0 starts 2000 processes that sleep.",
+        (MAIN_STARTS, FLOOD + ON_RANK_0.format(call="flood_processes()")),
+    ),
+]
+
+SUBMISSIONS = {submission.name: submission for submission in CATALOGUE + ATTACKS}
+assert len(SUBMISSIONS) == len(CATALOGUE) + len(ATTACKS), "two entries share a name"

@@ -292,7 +292,7 @@ TABLE = [
     case(
         LR,
         "forged_records",
-        problem=Says("event(s) that the grader did not write", hint="Leave the grader's files alone"),
+        problem=Says("event(s) that the grader did not write", hint="Leave the grader's probes"),
         **stopped_early(),
     ),
 ]

@@ -3,7 +3,7 @@
 The probes run inside the ranks, beside the student's code, so code that
 tries hard enough can change what they record. What the launcher and the
 sandbox saw cannot be changed from inside: who connected to the records
-channel, which rank's user owns each file left behind, how much traffic
+channel, which ranks wrote each file left behind (the kernel tells), how much traffic
 passed between the ranks. Records that contradict that evidence were tampered
 with, and the run is not graded.
 """
@@ -28,11 +28,10 @@ def _written(records: RankRecords) -> list[str]:
 
 def _unseen_checkpoints(run: RunRecords) -> list[str]:
     found = []
-    for name, rank in run.launch.evidence.file_owners.items():
-        if rank is None or rank >= len(run.ranks) or not name.endswith(CHECKPOINT_SUFFIXES):
-            continue
-        if not any(path.endswith("/" + name) for path in _written(run.ranks[rank])):
-            found.append(f"rank {rank} wrote {name}, but its records show no such write")
+    for name, ranks in run.launch.evidence.written_by.items():
+        for rank in ranks if name.endswith(CHECKPOINT_SUFFIXES) else ():
+            if rank < len(run.ranks) and not any(path.endswith("/" + name) for path in _written(run.ranks[rank])):
+                found.append(f"rank {rank} wrote {name}, but its records show no such write")
     return found
 
 

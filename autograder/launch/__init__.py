@@ -18,7 +18,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import ClassVar
 
-from .sandbox import Evidence, Limits
+from .sandbox import DEFAULT_LIMITS, Evidence, Limits
 
 DEFAULT_WORLD_SIZE = 2
 DEFAULT_TIMEOUT_S = 120.0
@@ -74,7 +74,7 @@ class Job:
     # This process has run no torch computation, so ranks may fork from it.
     fork_from_here: bool = False
     sandboxed: bool = False  # the ranks run in the run's sandbox (sandbox.py)
-    limits: Limits = Limits()
+    limits: Limits = DEFAULT_LIMITS
 
 
 class Launcher(ABC):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import json
 import os
 import select
 import shutil
@@ -72,6 +73,9 @@ class Limits:
     cpu_seconds: int = 3600
 
 
+DEFAULT_LIMITS = Limits()
+
+
 @dataclass(frozen=True)
 class RunLayout:
     """The run's folder, as the launcher lays it out; the sandbox shows the ranks these parts of it."""
@@ -99,7 +103,8 @@ class Evidence:
     """What the grader saw of the run from outside the ranks."""
 
     sandboxed: bool = False
-    file_owners: dict = field(default_factory=dict)  # new or changed file -> rank that owns it (None: not a rank)
+    # New or changed file -> the ranks that wrote it, seen by the kernel (fanotify), however it was written.
+    written_by: dict = field(default_factory=dict)
     loopback_packets: int | None = None  # packets the run's ranks sent each other
     over_memory: list = field(default_factory=list)  # ranks the kernel killed at the memory limit
     process_limit_hit: bool = False
@@ -200,7 +205,7 @@ class Sandbox:
 
     def __init__(self, layout: RunLayout, world_size: int, limits: Limits, hidden: list[Path], kept: list[Path]):
         self.layout, self.world_size, self.limits = layout, world_size, limits
-        self._init_fd = self._release_write = None
+        self._init_fd = self._release_write = self._answers = None
         self.uid_base = UID_BASE + UID_BLOCK * (os.getpid() % UID_BLOCKS)
         tag = f"ddp-grade-{os.getpid()}-{id(self) & 0xFFFF:x}"
         memory = _own_cgroup("memory")
@@ -221,8 +226,8 @@ class Sandbox:
             _hold(self, hidden, kept, ready_write)
         os.close(ready_write)
         os.close(self._release_read)
+        self._answers = ready_read
         answer = _read_within(ready_read, START_TIMEOUT_S)
-        os.close(ready_read)
         if not answer.startswith("ready "):
             self.close()
             raise SandboxUnavailable(answer.removeprefix("error ") or "the sandbox did not start in time")
@@ -255,17 +260,35 @@ class Sandbox:
         workdir = self.layout.workdir
         seen = Path(f"/proc/{self.holder_pid}/root") / str(workdir).lstrip("/")
         owners = _copy_back(seen, workdir, self._provided, self.uid_base, self.world_size)
+        writers = self._writers()
         over = [r for r, cg in enumerate(self.memory_cgroups) if _oom_kills(cg)]
         return Evidence(
             sandboxed=True,
-            file_owners=owners,
+            written_by={
+                name: sorted(set(writers.get(name, [])) | ({owner} if owner is not None else set()))
+                for name, owner in owners.items()
+            },
             loopback_packets=_loopback_packets(self.holder_pid),
             over_memory=over,
             process_limit_hit=bool(self.pids_cgroup and _counter(_read(f"{self.pids_cgroup}/pids.events"), "max")),
             limits=vars(self.limits).copy(),
         )
 
+    def _writers(self) -> dict[str, list[int]]:
+        """Ask the holder who wrote what: it watched every write in the run's folder."""
+        os.write(self._release_write, b"?")
+        chunks = []
+        while _read_within(self._answers, END_TIMEOUT_S, chunks):
+            pass
+        try:
+            return json.loads(b"".join(chunks) or b"{}")
+        except ValueError:
+            return {}
+
     def close(self) -> None:
+        if self._answers is not None:
+            os.close(self._answers)
+            self._answers = None
         if getattr(self, "_init_fd", None) is not None:
             self.end_processes()
             os.close(self._init_fd)
@@ -299,9 +322,13 @@ def _loopback_packets(pid: int) -> int | None:
     return None
 
 
-def _read_within(fd: int, timeout_s: float) -> str:
+def _read_within(fd: int, timeout_s: float, into: list | None = None) -> str:
+    """What the holder wrote next ("" at its end, or after the timeout)."""
     readable, _, _ = select.select([fd], [], [], timeout_s)
-    return os.read(fd, 4096).decode(errors="replace") if readable else ""
+    chunk = os.read(fd, 1 << 16) if readable else b""
+    if into is not None:
+        into.append(chunk)
+    return chunk.decode(errors="replace")
 
 
 def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
@@ -352,10 +379,15 @@ def _hold(sandbox: Sandbox, hidden: list[Path], kept: list[Path], ready_fd: int)
         socket.sethostname("localhost")  # gloo binds the address the host name resolves to
         _loopback_up()
         _build_view(sandbox, hidden, kept)
+        watch = _watch_writes(str(sandbox.layout.run_dir))
         init_pid = os.fork()
         if init_pid == 0:
             _be_init()
         os.write(ready_fd, f"ready {init_pid}".encode())
+        writers = _gather_writes(watch, sandbox._release_read, sandbox.uid_base, sandbox.world_size)
+        report = json.dumps(_writers_by_name(writers, sandbox.layout.workdir)).encode()
+        for start in range(0, len(report), 1 << 16):
+            os.write(ready_fd, report[start : start + (1 << 16)])
         os.close(ready_fd)
         os.read(sandbox._release_read, 1)  # until the grader closes its end, or dies
         status = 0
@@ -365,6 +397,66 @@ def _hold(sandbox: Sandbox, hidden: list[Path], kept: list[Path], ready_fd: int)
         except OSError:
             pass
     os._exit(status)
+
+
+FAN_CLASS_NOTIF, FAN_CLOEXEC, FAN_NONBLOCK, FAN_MARK_ADD, FAN_MARK_MOUNT, FAN_CLOSE_WRITE = 0, 1, 2, 1, 0x10, 0x8
+AT_FDCWD = -100
+_FAN_EVENT = struct.Struct("IBBHQii")  # fanotify_event_metadata: len, version, -, metadata len, mask, fd, pid
+_libc.fanotify_mark.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint64, ctypes.c_int, ctypes.c_char_p]
+
+
+def _watch_writes(folder: str) -> int:
+    """A fanotify descriptor that hears of every file closed after a write on
+    the mount of the run's folder, with the writer's pid."""
+    fd = _libc.fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK, os.O_RDONLY | os.O_LARGEFILE)
+    if fd < 0:
+        _check(-1, "fanotify_init")
+    _check(
+        _libc.fanotify_mark(fd, FAN_MARK_ADD | FAN_MARK_MOUNT, FAN_CLOSE_WRITE, AT_FDCWD, folder.encode()), "fanotify"
+    )
+    return fd
+
+
+def _gather_writes(watch: int, release_fd: int, uid_base: int, world_size: int) -> dict[tuple[int, int], set[int]]:
+    """(device, inode) -> the ranks that wrote it, until the grader asks."""
+    writers: dict[tuple[int, int], set[int]] = {}
+    while True:
+        readable, _, _ = select.select([watch, release_fd], [], [])
+        _read_writes(watch, writers, uid_base, world_size)
+        if release_fd in readable:
+            return writers
+
+
+def _read_writes(watch: int, writers: dict, uid_base: int, world_size: int) -> None:
+    while True:
+        try:
+            buffer = os.read(watch, 1 << 16)
+        except BlockingIOError:
+            return
+        offset = 0
+        while offset < len(buffer):
+            length, _, _, _, _, fd, pid = _FAN_EVENT.unpack_from(buffer, offset)
+            offset += length
+            if fd < 0:  # the queue overflowed: the owner of each file still tells
+                continue
+            info = os.fstat(fd)
+            os.close(fd)
+            try:
+                uid = os.stat(f"/proc/{pid}").st_uid  # the writer's user, so its rank
+            except OSError:
+                uid = info.st_uid
+            if 0 <= uid - uid_base < world_size:
+                writers.setdefault((info.st_dev, info.st_ino), set()).add(uid - uid_base)
+
+
+def _writers_by_name(writers: dict, workdir: Path) -> dict[str, list[int]]:
+    named = {}
+    for path in workdir.rglob("*"):
+        info = path.lstat()
+        ranks = writers.get((info.st_dev, info.st_ino))
+        if ranks:
+            named[str(path.relative_to(workdir))] = sorted(ranks)
+    return named
 
 
 def _close_all_but(*kept: int) -> None:
@@ -462,7 +554,8 @@ def _relay(child: int) -> None:
     _, status = os.waitpid(child, 0)
     if os.WIFSIGNALED(status):  # killed (at the memory limit, say): so is this process, as the launcher expects
         number = os.WTERMSIG(status)
-        signal.signal(number, signal.SIG_DFL)
+        if number not in (signal.SIGKILL, signal.SIGSTOP):  # which have no handler to reset
+            signal.signal(number, signal.SIG_DFL)
         os.kill(os.getpid(), number)
     os._exit(os.waitstatus_to_exitcode(status))
 
@@ -503,6 +596,7 @@ def enter(view: SandboxView, rank: int, workdir: str) -> None:
     if not view.memory_cgroups:  # no cgroup to count memory: bound the heap at least
         resource.setrlimit(resource.RLIMIT_DATA, (limits.memory_bytes, limits.memory_bytes))
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, not a kill
+    os.umask(0)  # the ranks are different users, yet may share files as ranks of one user could
     uid = view.uid_base + rank
     os.setgroups([])
     os.setresgid(uid, uid, uid)

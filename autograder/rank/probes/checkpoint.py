@@ -7,7 +7,6 @@ function itself is wrapped.
 
 import collections
 import copy
-import functools
 import os
 from collections.abc import Mapping
 
@@ -16,7 +15,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from . import ddp
-from .state import RankState
+from .state import RankState, wraps
 
 MODEL_KEYS = ("model_state_dict", "model_state", "state_dict", "model")
 
@@ -54,7 +53,7 @@ def install(state: RankState) -> None:
     depth = [0]
     original_state_dict = nn.Module.state_dict
 
-    @functools.wraps(original_state_dict)
+    @wraps(original_state_dict)
     def state_dict(self, *args, **kwargs):
         depth[0] += 1
         try:
@@ -70,7 +69,7 @@ def install(state: RankState) -> None:
     original_save = torch.save
     saves = state.extras.setdefault("saves", [])
 
-    @functools.wraps(original_save)
+    @wraps(original_save)
     def save(obj, f, *args, **kwargs):
         target = _target_name(f)
         state.record("torch_save", path=target)

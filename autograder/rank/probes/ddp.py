@@ -1,12 +1,10 @@
 """Probe: each DistributedDataParallel wrapper, where its module lives, and
 whether its forward (the part that makes gradients get averaged) ran."""
 
-import functools
-
 from torch.nn.parallel import DistributedDataParallel
 
 from . import gradients
-from .state import RankState
+from .state import RankState, wraps
 
 
 def _devices(module) -> list[str]:
@@ -19,7 +17,7 @@ def install(state: RankState) -> None:
     # them after main has returned and dropped its own.
     modules = state.extras.setdefault("ddp_modules", [])
 
-    @functools.wraps(original_init)
+    @wraps(original_init)
     def __init__(self, module, *args, **kwargs):
         state.record("ddp_created", devices=state.guarded(_devices, module))
         original_init(self, module, *args, **kwargs)

@@ -18,7 +18,7 @@ import torch.distributed.distributed_c10d as c10d
 from torch.optim import Optimizer
 
 from . import fingerprint
-from .state import RankState
+from .state import RankState, wraps
 
 
 def install(state: RankState) -> None:
@@ -33,7 +33,7 @@ def install(state: RankState) -> None:
 
     original_init = Optimizer.__init__
 
-    @functools.wraps(original_init)
+    @wraps(original_init)
     def __init__(self, params, *args, **kwargs):
         original_init(self, params, *args, **kwargs)
         if state.steps == 0:
@@ -44,7 +44,7 @@ def install(state: RankState) -> None:
 
     original_all_reduce = dist.all_reduce
 
-    @functools.wraps(original_all_reduce)
+    @wraps(original_all_reduce)
     def all_reduce(tensor, *args, **kwargs):
         if isinstance(tensor, torch.Tensor) and len(marks["reduced"]) < 10_000:
             marks["reduced"].append((tensor.data_ptr(), tensor.numel()))

@@ -8,14 +8,13 @@ instead of hanging until a timeout.
 """
 
 import datetime
-import functools
 import inspect
 
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from .state import RankState, StudentError
+from .state import RankState, StudentError, wraps
 
 
 def _backend_names(backend) -> set[str]:
@@ -50,7 +49,7 @@ def install(state: RankState) -> None:
     signature = inspect.signature(original_init)
     set_device_calls = state.extras.setdefault("set_device_calls", [])
 
-    @functools.wraps(original_init)
+    @wraps(original_init)
     def init_process_group(*args, **kwargs):
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
@@ -80,7 +79,7 @@ def install(state: RankState) -> None:
 
     original_destroy = state.extras["destroy_process_group"] = dist.destroy_process_group
 
-    @functools.wraps(original_destroy)
+    @wraps(original_destroy)
     def destroy_process_group(*args, **kwargs):
         group = args[0] if args else kwargs.get("group")
         state.record("destroy_process_group", default_group=group is None or group is c10d.GroupMember.WORLD)
@@ -88,7 +87,7 @@ def install(state: RankState) -> None:
 
     original_set_device = torch.cuda.set_device
 
-    @functools.wraps(original_set_device)
+    @wraps(original_set_device)
     def set_device(device):
         set_device_calls.append(str(device))
         return original_set_device(device)

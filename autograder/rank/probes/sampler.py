@@ -3,7 +3,6 @@ per epoch, its set_epoch calls, and a fingerprint of the data set behind it.
 Plain samplers (what a DataLoader uses without a DistributedSampler) record
 their indices too, so a report can show every rank reading everything."""
 
-import functools
 import random
 
 import numpy as np
@@ -12,7 +11,7 @@ from torch.utils.data import RandomSampler, SequentialSampler
 from torch.utils.data.distributed import DistributedSampler
 
 from . import fingerprint
-from .state import RankState
+from .state import RankState, wraps
 
 SAMPLED_ITEMS = 32
 
@@ -63,7 +62,7 @@ def install(state: RankState) -> None:
     original_iter = DistributedSampler.__iter__
     counter = iter(range(10**9))
 
-    @functools.wraps(original_init)
+    @wraps(original_init)
     def __init__(self, *args, **kwargs):
         original_init(self, *args, **kwargs)
         self._grader_id = next(counter)
@@ -97,7 +96,7 @@ def install(state: RankState) -> None:
 def _recording_iter(state: RankState, original_iter, kind: str, describe):
     """Wrap a sampler's __iter__ to record the indices actually consumed."""
 
-    @functools.wraps(original_iter)
+    @wraps(original_iter)
     def __iter__(self):
         facts, consumed, finished = state.guarded(describe, self) or {}, [], False
         try:

@@ -6,16 +6,14 @@ start ranks inside ranks. In a script that is a mistake worth a clear error;
 in a notebook, a cell that launches the job is normal, so it is skipped.
 """
 
-import functools
-
 import torch.multiprocessing as mp
 
-from .state import RankState, StudentError
+from .state import RankState, StudentError, wraps
 
 
 def install(state: RankState) -> None:
     def guard(original):
-        @functools.wraps(original)
+        @wraps(original)
         def refuse(*args, **kwargs):
             if state.is_notebook:
                 return None

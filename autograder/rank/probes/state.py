@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import time
@@ -21,6 +22,19 @@ class StudentError(Exception):
     def __init__(self, message: str, hint: str = ""):
         super().__init__(f"{message} {hint}".strip())
         self.message, self.hint = message, hint
+
+
+def wraps(original: Callable):
+    """functools.wraps without __wrapped__: the original is not one attribute
+    away from the student's code. (Closures and gc still reach it; the
+    evidence from outside the ranks is what catches a way around a probe.)"""
+
+    def decorate(wrapper: Callable) -> Callable:
+        functools.update_wrapper(wrapper, original)
+        del wrapper.__wrapped__
+        return wrapper
+
+    return decorate
 
 
 @dataclass
