@@ -798,6 +798,20 @@ PROBE_OUTSIDE = """def look_outside(rank):
 
 
 """
+CLAIM_RANK_0 = """def speak_for_rank_0(rank):
+    import gc
+    import json
+    import socket
+
+    for state in gc.get_objects():
+        if type(state).__name__ == "RankState" and rank == 1:
+            with socket.socket(socket.AF_UNIX) as channel:
+                channel.connect(state.channel_path)
+                channel.sendall(json.dumps({"role": "rank", "rank": 0}).encode() + b"\\n")
+                channel.sendall(json.dumps({"kind": "rank_done", "failed": False}).encode() + b"\\n")
+
+
+"""
 HOG = """def hog_memory():
     hoard = b"x" * (3 * 2**30)  # 3 GiB, every page written
     print(len(hoard))
@@ -879,6 +893,15 @@ ATTACKS = [
         "grader's environment, writes outside its folder, and connects to a listener\n"
         "outside the run.",
         (MAIN_STARTS, PROBE_OUTSIDE + ON_RANK_0.format(call="look_outside(rank)")),
+    ),
+    entry(
+        "tamper/speaks_for_rank_0",
+        LR,
+        "Attack: rank 1 opens a record stream of its own on the grader's channel and\nsays it is rank 0.",
+        (
+            MAIN_STARTS,
+            CLAIM_RANK_0 + "def main(rank, world_size):\n    setup(rank, world_size)\n    speak_for_rank_0(rank)\n",
+        ),
     ),
     entry(
         "tamper/hogs_memory",

@@ -1,0 +1,168 @@
+"""Attacks on the grader, through the real command line: each one gains
+nothing over the honest version of the same program, or is reported as
+tampering, and the sandbox holds with nothing left afterwards.
+
+The attack programs are the tamper/ entries of tests/mistakes.py.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, processes_mentioning, run_cli
+from mistakes import write_submission
+
+from autograder import grading
+from autograder.errors import CannotGrade
+from autograder.launch.sandbox import why_unavailable
+
+NO_SANDBOX = why_unavailable()
+needs_sandbox = pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no sandbox here: {NO_SANDBOX}")
+
+
+def grade(name: str, folder: Path, *extra: str) -> dict:
+    """The JSON report of one submission, graded by the CLI; nothing of it may be left running."""
+    path = write_submission(name, folder)
+    report_path = folder / f"{path.stem}.json"
+    run_cli("check", str(path), "--exercise", "linear_regression", "--json", str(report_path), *extra, timeout=200)
+    assert not processes_mentioning(path.name)
+    return json.loads(report_path.read_text())
+
+
+def assert_tampering(report: dict, says: str) -> None:
+    assert report["error"].startswith("Tampering detected:"), report["error"]
+    assert says in report["error"]
+    assert report["score"] == 0
+    assert all(c["message"].startswith("Not checked: tampering detected") for c in report["checks"] if c["max_points"])
+
+
+@needs_sandbox
+def test_records_appended_to_files_count_for_nothing(tmp_path):
+    honest = grade("linear_regression/blank_main", tmp_path)
+    forged = grade("tamper/writes_record_files", tmp_path)
+    assert forged["score"] == honest["score"] == 0
+
+
+@needs_sandbox
+def test_facts_recorded_through_the_probes_state_are_tampering(tmp_path):
+    # A process group in the records, and no packet between the ranks.
+    assert_tampering(grade("tamper/forges_through_gc", tmp_path), "packets passed between them")
+
+
+@needs_sandbox
+@pytest.mark.parametrize("attack", ["hides_other_ranks_saves", "saves_through_libc", "saves_through_subprocess"])
+def test_a_save_the_probes_do_not_see_is_still_seen(tmp_path, attack):
+    honest = grade("linear_regression/all_ranks_save", tmp_path)
+    assert honest["score"] < honest["max_score"]
+    assert_tampering(grade(f"tamper/{attack}", tmp_path), "rank 1 wrote linear_regression.pt")
+
+
+@needs_sandbox
+def test_a_second_record_stream_for_a_rank_is_tampering(tmp_path):
+    assert_tampering(grade("tamper/speaks_for_rank_0", tmp_path), "claimed to be rank 0")
+
+
+@needs_sandbox
+def test_a_daemon_neither_outlives_the_run_nor_touches_the_report(tmp_path):
+    report = grade("tamper/daemon_rewrites_report", tmp_path)
+    assert report["score"] == report["max_score"]  # as the honest program
+    time.sleep(5)  # the daemon meant to rewrite the report 3 s after the grader's exit
+    assert json.loads((tmp_path / "daemon_rewrites_report.json").read_text()) == report
+    assert not processes_mentioning("daemon_rewrites_report")
+
+
+@needs_sandbox
+def test_the_grader_cannot_be_stopped_from_a_rank(tmp_path):
+    started = time.monotonic()
+    report = grade("tamper/stops_the_grader", tmp_path)
+    assert report["error"] is None
+    assert time.monotonic() - started < 60
+
+
+class Listener:
+    """A TCP listener outside the run, that notes every connection."""
+
+    def __init__(self):
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.socket.settimeout(0.2)
+        self.port = self.socket.getsockname()[1]
+        self.connections = 0
+        self.stopped = False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while not self.stopped:
+            try:
+                connection, _ = self.socket.accept()
+            except TimeoutError:
+                continue
+            self.connections += 1
+            connection.close()
+
+    def close(self):
+        self.stopped = True
+        self.thread.join()
+        self.socket.close()
+
+
+@needs_sandbox
+def test_a_rank_sees_no_course_file_writes_nowhere_else_and_reaches_no_one(tmp_path):
+    listener = Listener()
+    try:
+        path = write_submission("tamper/looks_outside", tmp_path)
+        path.write_text(path.read_text().replace("LISTENER_PORT", str(listener.port)))
+        with socket.create_connection(("127.0.0.1", listener.port)):  # the listener works
+            pass
+        run_cli(
+            "check", str(path), "--exercise", "linear_regression", "--json", str(tmp_path / "r.json"), "--show-output"
+        )
+        report = json.loads((tmp_path / "r.json").read_text())
+    finally:
+        listener.close()
+    output = "\n".join(rank["output"] for rank in report["ranks"])
+    assert "LEAKED" not in output and "WROTE" not in output and "CONNECTED" not in output, output
+    assert listener.connections == 1  # ours alone
+    for leak in (ROOT / "LEAK", Path("/etc/ddp-leak"), Path("/var/tmp/ddp-leak"), Path("/root/ddp-leak")):
+        assert not leak.exists()
+    assert report["score"] == report["max_score"]  # as the honest program
+
+
+@needs_sandbox
+def test_a_memory_hog_is_stopped_at_the_limit_with_a_verdict_that_says_so(tmp_path):
+    report = grade("tamper/hogs_memory", tmp_path, "--memory-limit", "1")
+    assert "rank 0 went over the 1 GiB memory limit" in report["error"]
+    assert "Use less memory" in report["error_hint"]
+
+
+@needs_sandbox
+def test_a_process_flood_ends_at_the_limit_and_leaves_nothing(tmp_path):
+    report = grade("tamper/floods_processes", tmp_path)
+    assert "Resource temporarily unavailable" in report["error"]
+    assert "limit on processes" in report["error_hint"]
+    assert not processes_mentioning("61.5")
+
+
+def test_instructor_grading_refuses_to_run_without_a_sandbox(monkeypatch, tmp_path):
+    monkeypatch.setattr(grading, "why_unavailable", lambda: "this system has no Linux namespaces")
+    with pytest.raises(CannotGrade, match="Cannot grade in a sandbox here: this system has no Linux namespaces"):
+        grading.record(ROOT / "solutions" / "linear_regression_ddp.py", "linear_regression", sandbox="required")
+
+
+def test_unsandboxed_grading_says_so_in_the_report(tmp_path):
+    done = run_cli(
+        "check",
+        str(ROOT / "solutions" / "linear_regression_ddp.py"),
+        "--exercise",
+        "linear_regression",
+        "--unsafe-no-sandbox",
+        "--json",
+        str(tmp_path / "r.json"),
+    )
+    assert "No sandbox: your code ran unconfined" in done.stdout
+    assert "--unsafe-no-sandbox" in json.loads((tmp_path / "r.json").read_text())["unsandboxed"]
