@@ -12,10 +12,11 @@ Run nbgrader with the venv's bin on PATH: it shells out to `alembic`.
 import os
 
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
-from nbgrader.preprocessors import ClearHiddenTests, GetGrades
+from nbgrader.converters import Autograde
+from nbgrader.preprocessors import ClearHiddenTests, Execute, GetGrades
 
 from autograder.exercises import LEFT_BY_RUNNING
-from autograder.nbgrader_ext.preprocessors import ClearHiddenTestTracebacks
+from autograder.nbgrader_ext.preprocessors import ClearHiddenTestTracebacks, GradeDDPCellsOutOfKernel
 
 COURSE_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -36,6 +37,14 @@ c.CourseDirectory.ignore = [*LEFT_BY_RUNNING, "feedback"]
 # but a hung one only ends at the grader's deadline (120 s, plus up to 60 s to start the
 # grader): that must fit in one cell, and nbgrader's default cell timeout is 30 s.
 c.Execute.timeout = 300
+
+# The DDP grade cells' outputs come from a grading outside the kernel, in the sandbox, of the
+# program the notebook's %%writefile cell holds: right after nbgrader runs the notebook, and
+# before it reads the grades. A cell of the student's that patches the grader in the kernel
+# changes nothing.
+_steps = list(Autograde.class_traits()["autograde_preprocessors"].default())
+_after_execute = _steps.index(Execute) + 1
+c.Autograde.autograde_preprocessors = [*_steps[:_after_execute], GradeDDPCellsOutOfKernel, *_steps[_after_execute:]]
 
 # Feedback never shows hidden tests: not their source, not their lines in tracebacks.
 c.GenerateFeedback.preprocessors = [

@@ -181,10 +181,51 @@ def test_a_run_whose_ranks_recorded_nothing_fails_every_check():
     data = fixture()
     for rank in data["ranks"]:
         rank["events"] = []
+    data["launch"]["evidence"] |= {"written_by": {}, "loopback_packets": None}  # else: tampering (below)
     found = verdicts(data)
     assert statuses(found, "failed") == set(found) - CPU_RUN
     assert found["process_group"].message.startswith("Could not confirm that every rank created the process group")
     assert found["rank0_checkpoint"].message.startswith("Could not confirm who saved checkpoints")
+
+
+def assert_tampering(data: dict, says: str) -> None:
+    found = verdicts(data)
+    assert statuses(found, "failed") == set(found) - CPU_RUN
+    for verdict in found.values():
+        assert verdict.status == "skipped" or verdict.message.startswith("Not checked: tampering detected"), verdict
+    assert says in found["process_group"].message, found["process_group"].message
+
+
+def test_the_reference_run_has_evidence_and_no_contradiction():
+    evidence = fixture()["launch"]["evidence"]
+    assert evidence["sandboxed"] and evidence["written_by"] == {"linear_regression.pt": [0]}
+    assert evidence["loopback_packets"] > 640  # gloo's traffic: more than a packet a step
+    assert not statuses(verdicts(fixture()), "failed") - {"launcher"} - CPU_RUN
+
+
+def test_a_save_the_kernel_saw_and_the_records_do_not_show_is_tampering():
+    data = fixture()
+    data["ranks"][0]["events"] = [e for e in data["ranks"][0]["events"] if e["kind"] != "torch_save"]
+    assert_tampering(data, "rank 0 wrote linear_regression.pt, but its records show no such write")
+
+
+def test_records_of_averaging_without_traffic_between_the_ranks_are_tampering():
+    data = fixture()
+    data["launch"]["evidence"]["loopback_packets"] = 3
+    assert_tampering(data, "averaged gradients in 320 steps, but 3 packets passed between them")
+
+
+def test_a_record_stream_the_channel_kept_out_is_tampering():
+    data = fixture()
+    data["launch"]["intrusions"] = ["a second record stream claimed to be rank 1 (process 99)"]
+    assert_tampering(data, "a second record stream claimed to be rank 1 (process 99) (on the records channel)")
+
+
+def test_an_unsandboxed_run_has_no_evidence_to_contradict():
+    data = fixture()
+    data["launch"]["evidence"] = {"sandboxed": False}
+    data["ranks"][0]["events"] = [e for e in data["ranks"][0]["events"] if e["kind"] != "torch_save"]
+    assert "tampering" not in verdicts(data)["rank0_checkpoint"].message
 
 
 @pytest.mark.parametrize("kept", [0, 1], ids=["no ranks", "rank 0 only"])

@@ -58,11 +58,11 @@ def require(
     from .client import GradingFailed, grading_key, run
 
     path = Path(path)
-    heading = f"{by_id(check_id).title} (checked with {plural(world_size, 'rank')})"
+    title = heading(check_id, world_size)
     if not path.is_file():
         raise CheckFailed(
             [
-                f"{heading}: there is no file {path.name}.",
+                f"{title}: there is no file {path.name}.",
                 f"Hint: run the %%writefile {path.name} cell above, which writes your program to that file.",
             ]
         )
@@ -73,16 +73,29 @@ def require(
         except GradingFailed as error:
             _failures[key] = str(error).strip() or "The grader stopped without a report."
     if key in _failures:
-        raise CheckFailed([f"{heading}: the grader could not run your program.", _failures[key]])
+        raise CheckFailed([f"{title}: the grader could not run your program.", _failures[key]])
+    lines = failure_lines(report, check_id, world_size)
+    if lines is not None:
+        raise CheckFailed(lines)
+
+
+def heading(check_id: str, world_size: int) -> str:
+    return f"{by_id(check_id).title} (checked with {plural(world_size, 'rank')})"
+
+
+def failure_lines(report, check_id: str, world_size: int) -> list[str] | None:
+    """What a grade cell shows when the check failed: its message and hint in
+    plain words. None when it passed or did not apply (skipped)."""
     verdict = next((v for v in report.checks if v.id == check_id), None)
     if verdict is None:
-        raise ValueError(f"The {exercise} report has no check {check_id!r}.")
+        raise ValueError(f"The {report.exercise} report has no check {check_id!r}.")
     if verdict.status != FAILED:
         return None
-    lines = [f"{heading}: {verdict.message}"]
+    title = heading(check_id, world_size)
+    lines = [f"{title}: {verdict.message}"]
     if report.error and report.error not in verdict.message:
         # The check's message may refer to "the error above": put the run's error first.
-        lines = [heading, f"The run: {report.error}", verdict.message]
+        lines = [title, f"The run: {report.error}", verdict.message]
     if verdict.hint:
         lines.append(f"Hint: {verdict.hint}")
-    raise CheckFailed(lines)
+    return lines

@@ -35,6 +35,7 @@ def _grade_in_child(request: dict) -> int:
                 request["backend"],
                 request["timeout_s"],
                 fork_from_here=True,
+                sandbox=request.get("sandbox", "auto"),  # a student's check: where the machine allows
             )
             json_report.write(report, request["report_path"])
             status = 0 if report.passed else 1

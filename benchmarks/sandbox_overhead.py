@@ -1,0 +1,80 @@
+"""What the sandbox costs: grading the correct 2-rank linear regression in the
+sandbox over grading it with --unsafe-no-sandbox, alternately, in one run.
+
+  cli:      python -m autograder check FILE --exercise linear_regression
+  notebook: a request to the warm grader that autograder.notebook.check uses
+            (it imported torch once; each check forks from it)
+
+Each figure is the ratio of the medians (sandboxed / unsandboxed).
+Run as root on Linux:  .venv/bin/python benchmarks/sandbox_overhead.py [--rounds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from autograder.notebook.client import _Server
+
+ROOT = Path(__file__).resolve().parents[1]
+SUBMISSION = ROOT / "solutions" / "linear_regression_ddp.py"
+
+
+def cli(sandboxed: bool) -> float:
+    command = [sys.executable, "-m", "autograder", "check", str(SUBMISSION), "--exercise", "linear_regression"]
+    started = time.perf_counter()
+    done = subprocess.run([*command, "--quiet", *([] if sandboxed else ["--unsafe-no-sandbox"])], cwd=ROOT)
+    if done.returncode != 0:
+        raise SystemExit(f"grading failed ({done.returncode})")
+    return time.perf_counter() - started
+
+
+def notebook(server: _Server, folder: Path, sandboxed: bool) -> float:
+    request = {
+        "path": str(SUBMISSION),
+        "exercise": "linear_regression",
+        "world_size": 2,
+        "backend": "auto",
+        "timeout_s": 120,
+        "report_path": str(folder / "report.json"),
+        "sandbox": "required" if sandboxed else "off",
+    }
+    started = time.perf_counter()
+    if server.grade(request, 300) != 0:
+        raise SystemExit("grading failed")
+    return time.perf_counter() - started
+
+
+def ratio(name: str, timings: dict[bool, list[float]]) -> None:
+    inside, outside = statistics.median(timings[True]), statistics.median(timings[False])
+    print(f"{name}: sandboxed {inside:.2f} s, unsandboxed {outside:.2f} s, ratio {inside / outside:.3f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    timings = {True: [], False: []}
+    for _ in range(args.rounds):
+        for sandboxed in (True, False):
+            timings[sandboxed].append(cli(sandboxed))
+    ratio("cli", timings)
+    server, timings = _Server(), {True: [], False: []}
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            notebook(server, Path(folder), True)  # the server's first answer waits for torch's import
+            for _ in range(args.rounds):
+                for sandboxed in (True, False):
+                    timings[sandboxed].append(notebook(server, Path(folder), sandboxed))
+    finally:
+        server.stop()
+    ratio("notebook", timings)
+
+
+if __name__ == "__main__":
+    main()
