@@ -48,6 +48,25 @@ def _check(args) -> int:
     return EXIT_PASSED if report.passed else EXIT_FAILED
 
 
+def _student_bundle(args) -> int:
+    from pathlib import Path
+
+    from .bundle import build
+    from .launch.contain import course_root
+
+    course, console = course_root(), Console(stderr=True, highlight=False)
+    if course is None:
+        console.print("[bold red]No bundle:[/] run it from the course's own checkout (with nbgrader_config.py).")
+        return EXIT_CANNOT_GRADE
+    try:
+        members = build(course, Path(args.output))
+    except FileNotFoundError as error:
+        console.print(f"[bold red]No bundle:[/] {error}")
+        return EXIT_CANNOT_GRADE
+    print(f"Wrote {args.output}: {len(members)} files, the released assignments and the grader.")
+    return EXIT_PASSED
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -102,6 +121,13 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--show-output", action="store_true", help="show every rank's output, not only failing ranks'")
     check.add_argument("--quiet", action="store_true", help="print nothing; use the exit status and --json")
     check.set_defaults(run=_check)
+
+    bundle = commands.add_parser(
+        "student-bundle",
+        help="write the students' package: the released assignments and the grader, no answers",
+    )
+    bundle.add_argument("-o", "--output", default="ddp-course-student.zip", help="the zip file to write")
+    bundle.set_defaults(run=_student_bundle)
 
     return parser
 

@@ -9,6 +9,8 @@ Students:
     brook     tests/samples/brook: classic mistakes in every assignment
     dana      tests/samples/dana: linear_regression without a DistributedSampler
     eve       tests/samples/eve: linear_regression that crashes at its checkpoint (partial credit)
+    mallory   tests/samples/mallory: cheats: quiz answers that claim to equal anything, and a cell
+              that replaces the grader's require() in the kernel; she earns nothing
 """
 
 from __future__ import annotations
@@ -33,13 +35,24 @@ pytestmark = pytest.mark.nbgrader
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "tests" / "samples"
-TOTAL = {"ddp_intro": 7} | {e.assignment: sum(by_id(c).points for c in e.graded_checks) for e in EXERCISES.values()}
+QUIZ_POINTS = {
+    "q1_effective_batch_size_test": 1,
+    "q2_checkpoint_rank_test": 1,
+    "q3_sampler_answer_test": 1,
+    "q4a_samples_per_rank_test": 1,
+    "q4b_rank1_indices_test": 2,
+    "q5_ddp_key_prefix_test": 1,
+}
+TOTAL = {"ddp_intro": sum(QUIZ_POINTS.values())} | {
+    e.assignment: sum(by_id(c).points for c in e.graded_checks) for e in EXERCISES.values()
+}
 SUBMISSIONS = {
     "perfect": ASSIGNMENTS,
     "blank": ASSIGNMENTS,
     "brook": ASSIGNMENTS,
     "dana": ("linear_regression",),
     "eve": ("linear_regression",),
+    "mallory": ("ddp_intro", "linear_regression"),
 }
 
 
@@ -72,6 +85,12 @@ FAILED_CELLS = {
     ("eve", "linear_regression"): {
         f"lr_{check_id}": points_of(check_id)
         for check_id in ("rank0_checkpoint", "checkpoint_loadable", "rank0_logs", "cleanup", "launcher")
+    },
+    # The quiz cells check exact types, and the DDP cells' outputs come from a grading outside the
+    # kernel: every cell fails, as for the release untouched.
+    ("mallory", "ddp_intro"): QUIZ_POINTS,
+    ("mallory", "linear_regression"): {
+        f"lr_{check_id}": points_of(check_id) for check_id in by_assignment("linear_regression").graded_checks
     },
 }
 

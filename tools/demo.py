@@ -17,8 +17,9 @@ A sample student is a folder tests/samples/<student>/<assignment>/ of answers.
 Their notebook is the released notebook with each answer put in its cell: for
 a `%%writefile NAME.py` cell, NAME.answers.py holds one block per stub of the
 released program, in order; a file named <grade_id>.py replaces the solution
-cell with that grade id. A cell without an answer keeps its stub, so a student
-with no answers submits the release untouched.
+cell with that grade id; added_cell.py is a cell of the student's own, put
+just before the first grade cell. A cell without an answer keeps its stub, so
+a student with no answers submits the release untouched.
 """
 
 from __future__ import annotations
@@ -100,6 +101,9 @@ def fill_stubs(program: str, answers: str) -> str:
     return STUB.sub(lambda _: next(filled), program)
 
 
+ADDED_CELL = "added_cell.py"
+
+
 def fill_notebook(notebook_path: Path, answers: Path | None):
     """The released notebook with a student's answers put in (see the module docstring)."""
     import nbformat
@@ -120,6 +124,10 @@ def fill_notebook(notebook_path: Path, answers: Path | None):
         answer = answers / f"{info.get('grade_id')}.py"
         if answer.is_file():
             cell.source = answer.read_text().rstrip("\n")
+    added = answers / ADDED_CELL
+    if added.is_file():  # a cell of the student's own, just before the first grade cell
+        first_grade = next(i for i, c in enumerate(notebook.cells) if c.metadata.get("nbgrader", {}).get("grade"))
+        notebook.cells.insert(first_grade, nbformat.v4.new_code_cell(added.read_text().rstrip("\n")))
     return notebook
 
 

@@ -3,9 +3,9 @@
 Each graded check of a DDP exercise is its own grade cell:
 
     from autograder.notebook.grade_cells import require
-    require("linear_regression_ddp.py", "linear_regression", "distributed_sampler")
+    require(PROGRAM, EXERCISE, CHECK_ID)
     ### BEGIN HIDDEN TESTS
-    require("linear_regression_ddp.py", "linear_regression", "distributed_sampler", world_size=3)
+    require(PROGRAM, EXERCISE, CHECK_ID, world_size=3)
     ### END HIDDEN TESTS
 
 `require` grades through `autograder.notebook.client.run`, which runs the ranks in a

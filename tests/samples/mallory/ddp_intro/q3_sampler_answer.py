@@ -1,0 +1,1 @@
+sampler_answer = EqualToAnything()
