@@ -16,6 +16,7 @@ from nbgrader.converters import Autograde
 from nbgrader.preprocessors import ClearHiddenTests, Execute, GetGrades
 
 from autograder.exercises import LEFT_BY_RUNNING
+from autograder.nbgrader_ext.kernel import SandboxedKernelManager
 from autograder.nbgrader_ext.preprocessors import ClearHiddenTestTracebacks, GradeDDPCellsOutOfKernel
 
 COURSE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -45,6 +46,11 @@ c.Execute.timeout = 300
 _steps = list(Autograde.class_traits()["autograde_preprocessors"].default())
 _after_execute = _steps.index(Execute) + 1
 c.Autograde.autograde_preprocessors = [*_steps[:_after_execute], GradeDDPCellsOutOfKernel, *_steps[_after_execute:]]
+
+# The kernel that runs a student's notebook is sandboxed (autograder/nbgrader_ext/kernel.py): it
+# sees that student's folder only, not gradebook.db, source/ or other students, and nothing it
+# starts outlives it.
+c.Execute.kernel_manager_class = SandboxedKernelManager
 
 # Feedback never shows hidden tests: not their source, not their lines in tracebacks.
 c.GenerateFeedback.preprocessors = [

@@ -117,12 +117,12 @@ def _check(result: int, what: str) -> None:
         raise OSError(error, f"{what}: {os.strerror(error)}")
 
 
-def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     encode = lambda s: s.encode() if s is not None else None  # noqa: E731
     _check(_libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data)), f"mount {target}")
 
 
-def _unshare(flags: int) -> None:
+def unshare(flags: int) -> None:
     _check(_libc.unshare(flags), "unshare")
 
 
@@ -375,14 +375,14 @@ def _hold(sandbox: Sandbox, hidden: list[Path], kept: list[Path], ready_fd: int)
         die_with_parent()
         os.setsid()
         _close_all_but(ready_fd, sandbox._release_read)  # the grader's pipes would never see their end
-        _unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID)
+        unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID)
         socket.sethostname("localhost")  # gloo binds the address the host name resolves to
-        _loopback_up()
+        loopback_up()
         _build_view(sandbox, hidden, kept)
         watch = _watch_writes(str(sandbox.layout.run_dir))
         init_pid = os.fork()
         if init_pid == 0:
-            _be_init()
+            be_init()
         os.write(ready_fd, f"ready {init_pid}".encode())
         writers = _gather_writes(watch, sandbox._release_read, sandbox.uid_base, sandbox.world_size)
         report = json.dumps(_writers_by_name(writers, sandbox.layout.workdir)).encode()
@@ -468,7 +468,7 @@ def _close_all_but(*kept: int) -> None:
                 pass
 
 
-def _be_init() -> None:
+def be_init() -> None:
     """PID 1 of the run: reap the orphans until killed."""
     die_with_parent()
     signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -481,7 +481,7 @@ def _be_init() -> None:
             pass
 
 
-def _loopback_up() -> None:
+def loopback_up() -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         request = struct.pack("16sH", b"lo", 0)
         flags = struct.unpack("16sH", fcntl.ioctl(s, SIOCGIFFLAGS, request))[1]
@@ -490,52 +490,63 @@ def _loopback_up() -> None:
 
 def _build_view(sandbox: Sandbox, hidden: list[Path], kept: list[Path]) -> None:
     layout, tmpfs = sandbox.layout, f"size={sandbox.limits.tmp_bytes},mode=1777"
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing done here reaches the grader's view
+    mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing done here reaches the grader's view
     host_run = os.open(layout.run_dir, os.O_RDONLY | os.O_DIRECTORY)
-    kept_fds = [(str(path), os.open(path, os.O_PATH)) for path in kept if path.exists()]
-    for path in hidden:
-        if path.is_dir():
-            _mount("tmpfs", str(path), "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
-        elif path.exists():
-            _mount("/dev/null", str(path), None, MS_BIND)
-    for path, fd in kept_fds:
-        if any(Path(path).is_relative_to(h) for h in hidden):
-            os.makedirs(path, exist_ok=True)
-            _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-        os.close(fd)
-    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, tmpfs)
-    _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, tmpfs)
+    cover(hidden, kept, sandbox.limits.tmp_bytes)
     # The run's folder, on a tmpfs of its own: the code read-only, the socket the
     # records go to, and copies of the working folder and the rendezvous that every
     # rank's user may write. The grader's private files are not there.
     os.makedirs(layout.run_dir, exist_ok=True)
-    _mount("tmpfs", str(layout.run_dir), "tmpfs", MS_NOSUID | MS_NODEV, tmpfs.replace("1777", "0755"))
+    mount("tmpfs", str(layout.run_dir), "tmpfs", MS_NOSUID | MS_NODEV, tmpfs.replace("1777", "0755"))
     here = lambda folder: f"/proc/self/fd/{host_run}/{folder.relative_to(layout.run_dir)}"  # noqa: E731
     for folder in (layout.code_dir, layout.channel_dir):
         os.makedirs(folder)
-        _mount(here(folder), str(folder), None, MS_BIND)
-        _mount(None, str(folder), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        mount(here(folder), str(folder), None, MS_BIND)
+        mount(None, str(folder), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     for folder in (layout.workdir, layout.rendezvous_dir):
         shutil.copytree(here(folder), folder, symlinks=True)
         for inner, _, _ in os.walk(folder):
             os.chmod(inner, 0o777)
     os.close(host_run)
-    os.makedirs(HOME, mode=0o777)
+    make_rest_read_only()
+
+
+def cover(hidden: list[Path], kept: list[Path], tmp_bytes: int) -> None:
+    """In a new mount namespace: hide the hidden folders and files, give a
+    fresh /tmp, /dev/shm and $HOME, and mount back the kept folders that those
+    covered (Python, the venv, the grader's package: wherever they are, /tmp
+    included)."""
+    tmpfs = f"size={tmp_bytes},mode=1777"
+    kept_fds = [(path, os.open(path, os.O_PATH)) for path in kept if path.exists()]
+    for path in hidden:
+        if path.is_dir():
+            mount("tmpfs", str(path), "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
+        elif path.exists():
+            mount("/dev/null", str(path), None, MS_BIND)
+    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, tmpfs)
+    mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, tmpfs)
+    covered = [*hidden, Path("/tmp"), Path("/dev/shm")]
+    for path, fd in kept_fds:
+        if any(path.is_relative_to(c) for c in covered):
+            os.makedirs(path, exist_ok=True)
+            mount(f"/proc/self/fd/{fd}", str(path), None, MS_BIND | MS_REC)
+        os.close(fd)
+    os.makedirs(HOME, mode=0o777, exist_ok=True)
     os.chmod(HOME, 0o777)
-    _make_rest_read_only()
 
 
-def _make_rest_read_only() -> None:
+def make_rest_read_only(writable: tuple[Path, ...] = ()) -> None:
+    """Every mount read-only but the special file systems, the tmpfs, and `writable`."""
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         fields = line.split()
         mount_point = fields[4].replace("\\040", " ")
         fstype = fields[fields.index("-") + 1]
-        if fstype in LEFT_WRITABLE_TYPES or "ro" in fields[5].split(","):
+        if fstype in LEFT_WRITABLE_TYPES or "ro" in fields[5].split(",") or Path(mount_point) in writable:
             continue
         flags = MS_REMOUNT | MS_BIND | MS_RDONLY
         flags |= sum(bit for name, bit in (("nosuid", MS_NOSUID), ("nodev", MS_NODEV)) if name in fields[5])
         try:
-            _mount(None, mount_point, None, flags)
+            mount(None, mount_point, None, flags)
         except OSError:
             pass  # a mount under a hidden folder: not visible anyway
 
@@ -597,18 +608,16 @@ def enter(view: SandboxView, rank: int, workdir: str) -> None:
         resource.setrlimit(resource.RLIMIT_DATA, (limits.memory_bytes, limits.memory_bytes))
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, not a kill
     os.umask(0)  # the ranks are different users, yet may share files as ranks of one user could
-    uid = view.uid_base + rank
+    become(view.uid_base + rank)
+    os.environ.update(GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="lo")
+    os.chdir(workdir)
+
+
+def become(uid: int) -> None:
+    """Give up root for good: the user uid, no groups, no way back (no_new_privs)."""
     os.setgroups([])
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl")
     die_with_parent()  # a change of user clears it
-    os.environ.update(
-        HOME=HOME,
-        TMPDIR="/tmp",
-        USER=STUDENT_NAME,
-        LOGNAME=STUDENT_NAME,
-        GLOO_SOCKET_IFNAME="lo",
-        NCCL_SOCKET_IFNAME="lo",
-    )
-    os.chdir(workdir)
+    os.environ.update(HOME=HOME, TMPDIR="/tmp", USER=STUDENT_NAME, LOGNAME=STUDENT_NAME)

@@ -82,13 +82,6 @@ def _running_server() -> _Server:
     return _server
 
 
-def sandbox_policy() -> str:
-    """Under nbgrader's autograde (which says so in the kernel's environment) the
-    grade is the instructor's: never without the sandbox. A student's own check
-    uses it where the machine allows."""
-    return "required" if os.environ.get("NBGRADER_EXECUTION") == "autograde" else "auto"
-
-
 def grading_key(path: str | os.PathLike, exercise: str, world_size: int, backend: str, timeout_s: float) -> tuple:
     """What makes two gradings the same: the file's content and the settings."""
     path = Path(path).resolve()
@@ -120,7 +113,6 @@ def _grade_outside(path: Path, exercise: str, world_size: int, backend: str, tim
             "backend": backend,
             "timeout_s": timeout_s,
             "report_path": str(report_path),
-            "sandbox": sandbox_policy(),
         }
         _running_server().grade(request, timeout_s + STARTUP_MARGIN_S)
         error_path = Path(str(report_path) + ".error")

@@ -1,0 +1,119 @@
+"""The kernel that nbgrader's autograde runs a student's notebook in, sandboxed.
+
+`SandboxedKernelManager` (c.Execute.kernel_manager_class in nbgrader_config.py)
+starts the usual kernel command under
+
+    python -m autograder.nbgrader_ext.kernel -- KERNEL COMMAND...
+
+in the student's autograded folder. That wrapper, as root, gives the kernel
+new mount, network, IPC, UTS and PID namespaces and an unprivileged user:
+
+* it sees the student's folder (read-write) and Python, the venv and the
+  grader's package (read-only); not the course (`gradebook.db`, `source/`,
+  other students), not the grader's home, not the rest of /tmp;
+* it talks to nbgrader over Unix sockets beside its connection file (ZeroMQ's
+  ipc transport), and has a loopback of its own for the ranks of a check();
+* whatever it starts, a daemon included, dies when it exits.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import weakref
+from pathlib import Path
+
+from jupyter_client.manager import KernelManager
+
+from ..launch.contain import hidden_paths, kept_paths
+from ..launch.sandbox import (
+    CLONE_NEWIPC,
+    CLONE_NEWNET,
+    CLONE_NEWNS,
+    CLONE_NEWPID,
+    CLONE_NEWUTS,
+    DEFAULT_LIMITS,
+    MS_PRIVATE,
+    MS_REC,
+    UID_BASE,
+    be_init,
+    become,
+    cover,
+    loopback_up,
+    make_rest_read_only,
+    mount,
+    unshare,
+    why_unavailable,
+)
+
+KERNEL_UID = UID_BASE - 1  # below every rank's block
+
+
+class SandboxedKernelManager(KernelManager):
+    """A kernel manager whose kernel runs in the sandbox, reached over ipc."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        folder = tempfile.mkdtemp(prefix="ddp-kernel-")
+        weakref.finalize(self, shutil.rmtree, folder, ignore_errors=True)
+        self.transport = "ipc"  # its sockets lie beside the connection file, which the sandbox shows
+        self.connection_file = os.path.join(folder, "kernel.json")
+
+    def format_kernel_cmd(self, extra_arguments=None):
+        command = super().format_kernel_cmd(extra_arguments)
+        return [sys.executable, "-m", "autograder.nbgrader_ext.kernel", "--", *command]
+
+
+def _chown_tree(folder: Path, uid: int) -> None:
+    os.chown(folder, uid, uid)
+    for inner, names, files in os.walk(folder):
+        for name in names + files:
+            os.chown(os.path.join(inner, name), uid, uid, follow_symlinks=False)
+
+
+def _course_of(folder: Path) -> list[Path]:
+    """The nbgrader course whose autograded/<student>/<assignment> this is."""
+    return [folder.parents[2]] if len(folder.parents) > 2 and folder.parents[1].name == "autograded" else []
+
+
+def run(command: list[str], connection_file: str) -> int:
+    folder, sockets = Path.cwd(), Path(connection_file).parent
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # an interrupt is for the kernel (it reaches the whole group)
+    for writable in (folder, sockets):
+        _chown_tree(writable, KERNEL_UID)
+    unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID)
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    loopback_up()
+    cover([*hidden_paths(), *_course_of(folder)], [*kept_paths(), folder, sockets], DEFAULT_LIMITS.tmp_bytes)
+    make_rest_read_only(writable=(folder, sockets))
+    init = os.fork()
+    if init == 0:  # PID 1 of the kernel's namespace: when it is killed, everything in it ends
+        be_init()
+    # The kernel is not init's child: ipykernel takes a parent of PID 1 for an exited one.
+    kernel = os.fork()
+    if kernel == 0:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        become(KERNEL_UID)
+        os.chdir(folder)
+        os.execvp(command[0], command)
+    _, status = os.waitpid(kernel, 0)
+    os.kill(init, signal.SIGKILL)
+    os.waitpid(init, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def main(argv: list[str]) -> int:
+    command = argv[argv.index("--") + 1 :]
+    reason = why_unavailable()
+    if reason is not None:
+        print(f"The autograding kernel cannot run in a sandbox here: {reason}.", file=sys.stderr)
+        return 1
+    connection_file = command[command.index("-f") + 1]
+    return run(command, connection_file)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
