@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -215,11 +216,13 @@ def _location(sub: submissions.Submission, frame: dict | None) -> str:
 
 def _over_limit(run: RunRecords, rank: int) -> str | None:
     """The sandbox's limit that stopped this rank, in words; None if none did."""
-    evidence = run.launch.evidence
+    evidence, outcome = run.launch.evidence, run.ranks[rank].outcome
     if rank in evidence.over_memory:
         return (
             f"rank {rank} went over the {_gib(evidence.limits['memory_bytes'])} memory limit, so the kernel stopped it"
         )
+    if evidence.sandboxed and outcome is not None and outcome.exit_code == -signal.SIGXCPU:
+        return f"rank {rank} used up its {evidence.limits['cpu_seconds']} s of CPU time, so the kernel stopped it"
     return None
 
 

@@ -910,6 +910,12 @@ ATTACKS = [
         (MAIN_STARTS, HOG + ON_RANK_0.format(call="hog_memory()")),
     ),
     entry(
+        "tamper/spins",
+        LR,
+        "Attack: rank 0 loops forever, burning CPU.",
+        (MAIN_STARTS, "def main(rank, world_size):\n    while rank == 0:\n        pass\n    setup(rank, world_size)\n"),
+    ),
+    entry(
         "tamper/floods_processes",
         LR,
         "Attack: rank 0 starts 2000 processes that sleep.",

@@ -19,7 +19,7 @@ from mistakes import write_submission
 
 from autograder import grading
 from autograder.errors import CannotGrade
-from autograder.launch.sandbox import why_unavailable
+from autograder.launch.sandbox import Limits, why_unavailable
 
 NO_SANDBOX = why_unavailable()
 needs_sandbox = pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no sandbox here: {NO_SANDBOX}")
@@ -146,6 +146,14 @@ def test_a_process_flood_ends_at_the_limit_and_leaves_nothing(tmp_path):
     assert "Resource temporarily unavailable" in report["error"]
     assert "limit on processes" in report["error_hint"]
     assert not processes_mentioning("61.5")
+
+
+@needs_sandbox
+def test_a_rank_that_spins_is_stopped_at_its_cpu_time(tmp_path):
+    path = write_submission("tamper/spins", tmp_path)
+    report = grading.grade(path, "linear_regression", limits=Limits(cpu_seconds=2), sandbox="required")
+    assert "rank 0 used up its 2 s of CPU time, so the kernel stopped it" in report.error
+    assert "no loop runs forever" in report.error_hint
 
 
 def test_instructor_grading_refuses_to_run_without_a_sandbox(monkeypatch, tmp_path):

@@ -67,6 +67,15 @@ HINTS: tuple[tuple[str | tuple[str, ...], str], ...] = (
         "leave DataLoader's num_workers small.",
     ),
     (
+        "Too many open files",
+        "A rank may hold a few thousand files open at once: close each file when you are done with it "
+        "(a `with open(...)` block does).",
+    ),
+    (
+        "of CPU time",
+        "Train for the exercise's epochs only, and check that no loop runs forever.",
+    ),
+    (
         "can't start new thread",
         "The run reached the grader's limit on processes and threads: do not start threads in a loop.",
     ),

@@ -596,14 +596,15 @@ def enter(view: SandboxView, rank: int, workdir: str) -> None:
     limits = Limits(**view.limits)
     import resource
 
-    for which, value in (
-        (resource.RLIMIT_FSIZE, limits.file_bytes),
-        (resource.RLIMIT_NOFILE, limits.open_files),
-        (resource.RLIMIT_NPROC, limits.processes),
-        (resource.RLIMIT_CPU, limits.cpu_seconds),
-        (resource.RLIMIT_CORE, 0),
+    for which, soft, hard in (
+        (resource.RLIMIT_FSIZE, limits.file_bytes, limits.file_bytes),
+        (resource.RLIMIT_NOFILE, limits.open_files, limits.open_files),
+        (resource.RLIMIT_NPROC, limits.processes, limits.processes),
+        # SIGXCPU at the soft limit names the cause; SIGKILL at the hard one, should it be ignored.
+        (resource.RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 5),
+        (resource.RLIMIT_CORE, 0, 0),
     ):
-        resource.setrlimit(which, (value, value))
+        resource.setrlimit(which, (soft, hard))
     if not view.memory_cgroups:  # no cgroup to count memory: bound the heap at least
         resource.setrlimit(resource.RLIMIT_DATA, (limits.memory_bytes, limits.memory_bytes))
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, not a kill
