@@ -215,6 +215,12 @@ def test_records_of_averaging_without_traffic_between_the_ranks_are_tampering():
     assert_tampering(data, "averaged gradients in 320 steps, but 3 packets passed between them")
 
 
+def test_a_rank_that_joined_in_its_records_only_is_tampering():
+    data = fixture()
+    data["launch"]["evidence"]["joined"] = [0]  # the kernel saw only rank 0 write to the rendezvous
+    assert_tampering(data, "rank 1's records say it joined the process group, but it never wrote to the rendezvous")
+
+
 def test_a_record_stream_the_channel_kept_out_is_tampering():
     data = fixture()
     data["launch"]["intrusions"] = ["a second record stream claimed to be rank 1 (process 99)"]

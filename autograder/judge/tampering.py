@@ -3,7 +3,8 @@
 The probes run inside the ranks, beside the student's code, so code that
 tries hard enough can change what they record. What the launcher and the
 sandbox saw cannot be changed from inside: who connected to the records
-channel, which ranks wrote each file left behind (the kernel tells), how much traffic
+channel, which ranks wrote to the rendezvous and to each file left behind
+(the kernel tells), how much traffic
 passed between the ranks. Records that contradict that evidence were tampered
 with, and the run is not graded.
 """
@@ -49,6 +50,17 @@ def _no_traffic(run: RunRecords) -> list[str]:
     return []
 
 
+def _never_joined(run: RunRecords) -> list[str]:
+    joined = run.launch.evidence.joined
+    if joined is None:
+        return []
+    return [
+        f"rank {r.rank}'s records say it joined the process group, but it never wrote to the rendezvous"
+        for r in run.ranks
+        if r.first("process_group_ready") and r.rank not in joined
+    ]
+
+
 def contradictions(run: RunRecords) -> list[str]:
     """What the records claim and the evidence denies; empty for an honest run."""
     launch = run.launch
@@ -56,5 +68,5 @@ def contradictions(run: RunRecords) -> list[str]:
         return []
     found = [f"{intrusion} (on the records channel)" for intrusion in launch.intrusions]
     if launch.evidence.sandboxed:
-        found += _unseen_checkpoints(run) + _no_traffic(run)
+        found += _never_joined(run) + _unseen_checkpoints(run) + _no_traffic(run)
     return found

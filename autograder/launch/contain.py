@@ -48,7 +48,7 @@ class Containment:
         )
         self.layout.rendezvous_dir.mkdir()
         self.layout.channel_dir.mkdir(mode=0o755)  # the ranks' users may connect in it, not remove
-        self.store_path = str(self.layout.rendezvous_dir / "store")
+        self.store_path = str(self.layout.store_path)
         # Made here, so that every rank's user may open it (a rank would make it for its user alone).
         os.close(os.open(self.store_path, os.O_CREAT | os.O_WRONLY, 0o666))
         os.chmod(self.store_path, 0o666)

@@ -86,6 +86,10 @@ class RunLayout:
     rendezvous_dir: Path  # the process group's store
     channel_dir: Path  # the socket the ranks send their records to
 
+    @property
+    def store_path(self) -> Path:
+        return self.rendezvous_dir / "store"
+
 
 @dataclass(frozen=True)
 class SandboxView:
@@ -106,6 +110,7 @@ class Evidence:
     # New or changed file -> the ranks that wrote it, seen by the kernel (fanotify), however it was written.
     written_by: dict = field(default_factory=dict)
     loopback_packets: int | None = None  # packets the run's ranks sent each other
+    joined: list | None = None  # the ranks that wrote to the rendezvous store: who really joined
     over_memory: list = field(default_factory=list)  # ranks the kernel killed at the memory limit
     process_limit_hit: bool = False
     limits: dict = field(default_factory=dict)
@@ -260,7 +265,9 @@ class Sandbox:
         workdir = self.layout.workdir
         seen = Path(f"/proc/{self.holder_pid}/root") / str(workdir).lstrip("/")
         owners = _copy_back(seen, workdir, self._provided, self.uid_base, self.world_size)
-        writers = self._writers()
+        packets = _loopback_packets(self.holder_pid)
+        report = self._writers()
+        writers = report.get("files", {})
         over = [r for r, cg in enumerate(self.memory_cgroups) if _oom_kills(cg)]
         return Evidence(
             sandboxed=True,
@@ -268,14 +275,16 @@ class Sandbox:
                 name: sorted(set(writers.get(name, [])) | ({owner} if owner is not None else set()))
                 for name, owner in owners.items()
             },
-            loopback_packets=_loopback_packets(self.holder_pid),
+            loopback_packets=packets,
+            joined=report.get("joined"),
             over_memory=over,
             process_limit_hit=bool(self.pids_cgroup and _counter(_read(f"{self.pids_cgroup}/pids.events"), "max")),
             limits=vars(self.limits).copy(),
         )
 
-    def _writers(self) -> dict[str, list[int]]:
-        """Ask the holder who wrote what: it watched every write in the run's folder."""
+    def _writers(self) -> dict:
+        """Ask the holder who wrote what: it watched every write in the run's folder.
+        {"files": {name: ranks}, "joined": the ranks that wrote the rendezvous store}."""
         os.write(self._release_write, b"?")
         chunks = []
         while _read_within(self._answers, END_TIMEOUT_S, chunks):
@@ -380,12 +389,13 @@ def _hold(sandbox: Sandbox, hidden: list[Path], kept: list[Path], ready_fd: int)
         loopback_up()
         _build_view(sandbox, hidden, kept)
         watch = _watch_writes(str(sandbox.layout.run_dir))
+        store = sandbox.layout.store_path.stat()  # now: the last rank to leave removes it
         init_pid = os.fork()
         if init_pid == 0:
             be_init()
         os.write(ready_fd, f"ready {init_pid}".encode())
         writers = _gather_writes(watch, sandbox._release_read, sandbox.uid_base, sandbox.world_size)
-        report = json.dumps(_writers_by_name(writers, sandbox.layout.workdir)).encode()
+        report = json.dumps(_writers_report(writers, sandbox.layout.workdir, (store.st_dev, store.st_ino))).encode()
         for start in range(0, len(report), 1 << 16):
             os.write(ready_fd, report[start : start + (1 << 16)])
         os.close(ready_fd)
@@ -449,14 +459,14 @@ def _read_writes(watch: int, writers: dict, uid_base: int, world_size: int) -> N
                 writers.setdefault((info.st_dev, info.st_ino), set()).add(uid - uid_base)
 
 
-def _writers_by_name(writers: dict, workdir: Path) -> dict[str, list[int]]:
+def _writers_report(writers: dict, workdir: Path, store: tuple[int, int]) -> dict:
     named = {}
     for path in workdir.rglob("*"):
         info = path.lstat()
         ranks = writers.get((info.st_dev, info.st_ino))
         if ranks:
             named[str(path.relative_to(workdir))] = sorted(ranks)
-    return named
+    return {"files": named, "joined": sorted(writers.get(store, []))}
 
 
 def _close_all_but(*kept: int) -> None:
