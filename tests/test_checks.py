@@ -292,7 +292,8 @@ TABLE = [
     case(
         LR,
         "forged_records",
-        problem=Says("event(s) that the grader did not write", hint="Leave the grader's probes"),
+        # The forged stream claims a process group, and no packet passed between the ranks.
+        problem=Says("but 0 packets passed between them", hint="The grader compares"),
         **stopped_early(),
     ),
 ]
