@@ -14,6 +14,8 @@ from .events import EVENTS, is_malformed, parse
 # Every rank's probes write these on the way out, before rank_done: a rank_done
 # without them is a record stream that contradicts itself.
 END_OF_RUN = ("rank_end", "ddp_forward_calls", "training_end")
+# What gloo says on a rank whose peer is gone.
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Read error", "Broken pipe")
 
 
 @dataclass
@@ -98,9 +100,13 @@ class RunRecords:
                 times.append(records.outcome.exited_at)
             return min(times, default=float("inf"))
 
+        def peer_gone(records: RankRecords) -> bool:
+            # The error of a rank whose peer died under it: the peer is the cause.
+            return bool(records.error) and any(text in records.error["message"] for text in PEER_GONE)
+
         failed = [r for r in self.ranks if r.outcome and r.outcome.status == RankStatus.FAILED]
         if failed:
-            return min(failed, key=failed_at).rank
+            return min(failed, key=lambda r: (peer_gone(r), failed_at(r))).rank
         if self.launch.first_failure is not None:
             return self.launch.first_failure
         if self.launch.hung:

@@ -25,6 +25,7 @@ limits were hit. Then it tears the run down.
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import fcntl
 import json
 import os
@@ -575,6 +576,7 @@ def _relay(child: int) -> None:
     _, status = os.waitpid(child, 0)
     if os.WIFSIGNALED(status):  # killed (at the memory limit, say): so is this process, as the launcher expects
         number = os.WTERMSIG(status)
+        faulthandler.disable()  # the rank's own stack is dumped already; this one would only delay the exit
         if number not in (signal.SIGKILL, signal.SIGSTOP):  # which have no handler to reset
             signal.signal(number, signal.SIG_DFL)
         os.kill(os.getpid(), number)
