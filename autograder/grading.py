@@ -59,7 +59,8 @@ def _sandboxed(policy: str) -> bool:
     if policy == "required" and reason is not None:
         raise CannotGrade(
             f"Cannot grade in a sandbox here: {reason}.",
-            "Grade as root on Linux, or add --unsafe-no-sandbox to run the student's code unconfined "
+            "Grade on Linux as root, or where user namespaces are allowed, or add --unsafe-no-sandbox to run "
+            "the student's code unconfined "
             "(only for code you trust, such as your own).",
         )
     return policy != "off" and reason is None
@@ -216,14 +217,19 @@ def _location(sub: submissions.Submission, frame: dict | None) -> str:
 
 def _over_limit(run: RunRecords, rank: int) -> str | None:
     """The sandbox's limit that stopped this rank, in words; None if none did."""
-    evidence, outcome = run.launch.evidence, run.ranks[rank].outcome
+    evidence, outcome, error = run.launch.evidence, run.ranks[rank].outcome, run.ranks[rank].error
+    memory = f"rank {rank} went over the {_gib(evidence.limits.get('memory_bytes', 0))} memory limit"
     if rank in evidence.over_memory:
-        return (
-            f"rank {rank} went over the {_gib(evidence.limits['memory_bytes'])} memory limit, so the kernel stopped it"
-        )
+        return f"{memory}, so the kernel stopped it"
+    if evidence.sandboxed and not evidence.memory_by_cgroup and error is not None and _out_of_memory(error):
+        return f"{memory}, so an allocation failed ({error['type']}: {error['message'][:200]})"
     if evidence.sandboxed and outcome is not None and outcome.exit_code == -signal.SIGXCPU:
         return f"rank {rank} used up its {evidence.limits['cpu_seconds']} s of CPU time, so the kernel stopped it"
     return None
+
+
+def _out_of_memory(error: dict) -> bool:
+    return error["type"] == "MemoryError" or "can't allocate memory" in error["message"]
 
 
 def _gib(size: int) -> str:

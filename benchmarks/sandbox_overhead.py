@@ -6,12 +6,14 @@ sandbox over grading it with --unsafe-no-sandbox, alternately, in one run.
             (it imported torch once; each check forks from it)
 
 Each figure is the ratio of the medians (sandboxed / unsandboxed).
-Run as root on Linux:  .venv/bin/python benchmarks/sandbox_overhead.py [--rounds N]
+Run as root on Linux:  .venv/bin/python benchmarks/sandbox_overhead.py [--rounds N] [--unprivileged]
+(--unprivileged: the whole benchmark as `nobody`, whose sandbox is a user namespace)
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -58,7 +60,14 @@ def ratio(name: str, timings: dict[bool, list[float]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--unprivileged", action="store_true", help="run as nobody (needs root to start)")
     args = parser.parse_args()
+    if args.unprivileged and os.geteuid() == 0:
+        sys.path.insert(0, str(ROOT / "tests"))
+        import unprivileged
+
+        again = [sys.executable, __file__, "--rounds", str(args.rounds), "--unprivileged"]
+        raise SystemExit(subprocess.run(again, cwd=ROOT, preexec_fn=unprivileged.become_nobody).returncode)
     timings = {True: [], False: []}
     for _ in range(args.rounds):
         for sandboxed in (True, False):

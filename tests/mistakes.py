@@ -710,6 +710,17 @@ SAVE_AROUND = {
         "        f.write(data)\n"
         '    subprocess.run(["sh", "-c", f"cat /tmp/state.bin > {CHECKPOINT}"], check=True)\n'
     ),
+    # Through another process's working folder: were it rank 0's, the write would look like rank 0's.
+    "another_ranks_folder": (
+        "import pathlib\n"
+        "    for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+        "        try:\n"
+        "            if int(pid) != os.getpid():\n"
+        "                return pathlib.Path(f'/proc/{pid}/cwd', CHECKPOINT).write_bytes(data)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    raise PermissionError('no other process let this rank write in its folder')\n"
+    ),
 }
 
 

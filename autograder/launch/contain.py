@@ -56,8 +56,9 @@ class Containment:
         uid_of = None
         if job.sandboxed:
             self.sandbox = Sandbox(self.layout, job.world_size, job.limits, hidden_paths(), kept_paths())
-            base = self.sandbox.uid_base
-            uid_of = lambda role, rank: base + (rank if role == "rank" else 0)  # noqa: E731
+            if not self.sandbox.user_namespace:  # else every rank is the grader's user outside
+                base = self.sandbox.uid_base
+                uid_of = lambda role, rank: base + (rank if role == "rank" else 0)  # noqa: E731
         self.channel = RecordChannel(self.layout.channel_dir, uid_of)
 
     @property

@@ -1,11 +1,12 @@
-"""The sandbox of one run (Linux, as root): what the ranks can see and do.
+"""The sandbox of one run (Linux): what the ranks can see and do.
 
 The grader forks a holder for the run. It makes new mount, network, IPC,
-UTS and PID namespaces and forks the PID namespace's init. Each rank, as
-the first thing it does after its fork, joins those namespaces, moves into
-its cgroups, takes its limits and becomes an unprivileged user of its own
-(a uid per rank, so the owner of a file says which rank wrote it, however it
-was written). So:
+UTS and PID namespaces (and, when the grader is not root, a user namespace
+that owns them) and forks the PID namespace's init. Each rank, as the first
+thing it does after its fork, moves into its cgroups, joins those
+namespaces, takes its limits and becomes an unprivileged user: as root, a
+uid of its own per rank; otherwise the only uid of a user namespace of its
+own, nested in the run's. So:
 
 * the ranks share one network with loopback only (gloo and NCCL work, the
   world does not);
@@ -13,12 +14,17 @@ was written). So:
   tmpfs, the run's working folder is a copy on that tmpfs, and the course
   (solutions, hidden tests, gradebook, other students) is not there at all;
 * whatever a rank starts lives in the PID namespace, and dies with its init;
-* a rank cannot signal, trace or read the grader: it is another user.
+* a rank cannot signal, trace or read the grader: it cannot see it (its /proc
+  is the run's), and it is another user or holds no capability over it;
+* each rank sees the run's folder through a mount of its own, and the holder
+  hears every file closed after a write on each of those mounts (fanotify):
+  so it knows which rank wrote a file, however it was written, even by a
+  process that is gone before the holder reads of it.
 
 Fork first, then join: the ranks still fork from a warm process.
 
 After the ranks are gone the grader reads the evidence (`Evidence`): the
-files left, with the rank that owns each, the loopback's traffic, and which
+files left, with the ranks that wrote each, the loopback's traffic, and which
 limits were hit. Then it tears the run down.
 """
 
@@ -27,6 +33,7 @@ from __future__ import annotations
 import ctypes
 import faulthandler
 import fcntl
+import functools
 import json
 import os
 import select
@@ -41,15 +48,20 @@ from pathlib import Path
 from .._process import die_with_parent
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
-CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 PR_SET_NO_NEW_PRIVS = 38
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 
 # Each run takes UID_BLOCK uids from UID_BASE up, the block chosen by the grader's pid.
 UID_BASE, UID_BLOCK, UID_BLOCKS = 200_000, 32, 100_000
-# Special file systems keep their own rules; every other mount is made read-only.
-LEFT_WRITABLE_TYPES = {"proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "mqueue", "tmpfs"}
+NESTED_UID = 1000  # a rank's uid inside its own user namespace, when the grader is not root
+CAP_SETGID, CAP_SETUID, CAP_SYS_ADMIN = 6, 7, 21
+# Special file systems keep their own rules; every other mount is made read-only, the
+# host's tmpfs too (/run and the like), but for the private ones that `cover` makes.
+LEFT_WRITABLE_TYPES = {"proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "mqueue"}
+PRIVATE_TMP = (Path("/tmp"), Path("/dev/shm"))
 START_TIMEOUT_S = 10.0
 END_TIMEOUT_S = 10.0
 STUDENT_NAME = "student"  # $USER in the ranks: their uid has no passwd entry
@@ -97,6 +109,9 @@ class SandboxView:
     """What a rank needs to join the run's sandbox: JSON-able, in its RankSpec."""
 
     init_pid: int
+    holder_pid: int
+    mount_namespaces: tuple[int, ...]  # per rank, the holder's descriptor of that rank's mount namespace
+    user_namespace: bool  # the run has a user namespace of its own: the grader is not root
     uid_base: int
     memory_cgroups: tuple[str, ...]  # per rank, its cgroup folder; () where there is none
     pids_cgroup: str  # "" where there is none
@@ -113,6 +128,7 @@ class Evidence:
     loopback_packets: int | None = None  # packets the run's ranks sent each other
     joined: list | None = None  # the ranks that wrote to the rendezvous store: who really joined
     over_memory: list = field(default_factory=list)  # ranks the kernel killed at the memory limit
+    memory_by_cgroup: bool = False  # else an rlimit bounds each rank's heap: an allocation past it fails
     process_limit_hit: bool = False
     limits: dict = field(default_factory=dict)
 
@@ -132,21 +148,61 @@ def unshare(flags: int) -> None:
     _check(_libc.unshare(flags), "unshare")
 
 
-def _setns(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        _check(_libc.setns(fd, 0), f"setns {path}")
-    finally:
-        os.close(fd)
+def privileged() -> bool:
+    """Whether this process may mount and change users outside any user
+    namespace (root, with its capabilities)."""
+    for line in _read("/proc/self/status").splitlines():
+        if line.startswith("CapEff:"):
+            caps = int(line.split()[1], 16)
+            return all(caps >> bit & 1 for bit in (CAP_SETGID, CAP_SETUID, CAP_SYS_ADMIN))
+    return False
 
 
 def why_unavailable() -> str | None:
     """None when this process can sandbox a run; else why not, for one line."""
     if not hasattr(os, "pidfd_open") or not os.path.exists("/proc/self/ns/net"):
         return "this system has no Linux namespaces"
-    if os.geteuid() != 0:
-        return "the grader does not run as root, so it cannot give the ranks users of their own"
-    return None
+    return None if privileged() else _why_no_user_namespace()
+
+
+@functools.cache
+def _why_no_user_namespace() -> str | None:
+    """Try, in a child, what the holder and a rank do in a user namespace of their own."""
+    child = os.fork()
+    if child == 0:
+        step = 1
+        try:
+            uid, gid = os.geteuid(), os.getegid()
+            unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID)
+            map_user(0, uid, gid)
+            step = 2
+            mount(None, "/", None, MS_REC | MS_PRIVATE)
+            mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=64k")
+            watch = _watch_writes()
+            _mark(watch, "/tmp")
+            os.close(watch)
+            step = 3
+            grandchild = os.fork()
+            if grandchild == 0:
+                mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+                os._exit(0)
+            os._exit(0 if os.waitstatus_to_exitcode(os.waitpid(grandchild, 0)[1]) == 0 else step)
+        except BaseException:
+            os._exit(step)
+    code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+    return {
+        0: None,
+        1: "the grader is not root, and this system does not let it make user namespaces",
+        2: "the grader is not root, and this system's user namespaces cannot watch the files the ranks write",
+        3: "the grader is not root, and this system's user namespaces cannot show the ranks a /proc of their own",
+    }.get(code, "the grader is not root, and its test of user namespaces failed")
+
+
+def map_user(inner: int, uid: int, gid: int) -> None:
+    """In a new user namespace: `inner` is this process's only user and group, uid and gid outside."""
+    Path("/proc/self/setgroups").write_text("deny")  # the kernel's condition for an unprivileged gid map
+    Path("/proc/self/uid_map").write_text(f"{inner} {uid} 1")
+    Path("/proc/self/gid_map").write_text(f"{inner} {gid} 1")
 
 
 # --- the grader's side ------------------------------------------------------------
@@ -212,6 +268,7 @@ class Sandbox:
     def __init__(self, layout: RunLayout, world_size: int, limits: Limits, hidden: list[Path], kept: list[Path]):
         self.layout, self.world_size, self.limits = layout, world_size, limits
         self._init_fd = self._release_write = self._answers = None
+        self.user_namespace = not privileged()
         self.uid_base = UID_BASE + UID_BLOCK * (os.getpid() % UID_BLOCKS)
         tag = f"ddp-grade-{os.getpid()}-{id(self) & 0xFFFF:x}"
         memory = _own_cgroup("memory")
@@ -237,7 +294,7 @@ class Sandbox:
         if not answer.startswith("ready "):
             self.close()
             raise SandboxUnavailable(answer.removeprefix("error ") or "the sandbox did not start in time")
-        self.init_pid = int(answer.split()[1])
+        self.init_pid, *self.mount_namespaces = map(int, answer.split()[1:])
         self._init_fd = os.pidfd_open(self.init_pid)
 
     @property
@@ -247,6 +304,9 @@ class Sandbox:
     def view(self) -> SandboxView:
         return SandboxView(
             self.init_pid,
+            self.holder_pid,
+            tuple(self.mount_namespaces),
+            self.user_namespace,
             self.uid_base,
             tuple(self.memory_cgroups),
             self.pids_cgroup,
@@ -265,7 +325,9 @@ class Sandbox:
         """Read once every process of the run is gone (end_processes)."""
         workdir = self.layout.workdir
         seen = Path(f"/proc/{self.holder_pid}/root") / str(workdir).lstrip("/")
-        owners = _copy_back(seen, workdir, self._provided, self.uid_base, self.world_size)
+        # In a user namespace every rank is the grader's user outside: a file's owner names no rank.
+        uid_base = None if self.user_namespace else self.uid_base
+        owners = _copy_back(seen, workdir, self._provided, uid_base, self.world_size)
         packets = _loopback_packets(self.holder_pid)
         report = self._writers()
         writers = report.get("files", {})
@@ -279,6 +341,7 @@ class Sandbox:
             loopback_packets=packets,
             joined=report.get("joined"),
             over_memory=over,
+            memory_by_cgroup=bool(self.memory_cgroups),
             process_limit_hit=bool(self.pids_cgroup and _counter(_read(f"{self.pids_cgroup}/pids.events"), "max")),
             limits=vars(self.limits).copy(),
         )
@@ -351,9 +414,10 @@ def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
     return found
 
 
-def _copy_back(seen: Path, workdir: Path, provided: dict, uid_base: int, world_size: int) -> dict:
+def _copy_back(seen: Path, workdir: Path, provided: dict, uid_base: int | None, world_size: int) -> dict:
     """Copy what the ranks left in the sandbox's working folder to the grader's
-    copy of it; return who owns each new or changed file."""
+    copy of it; return the rank that owns each new or changed file (None
+    where no rank does, or where uid_base is None: owners name no rank)."""
     owners = {}
     for path in seen.rglob("*"):
         info = path.lstat()
@@ -362,7 +426,7 @@ def _copy_back(seen: Path, workdir: Path, provided: dict, uid_base: int, world_s
         name = str(path.relative_to(seen))
         if provided.get(name) == (info.st_size, info.st_mtime_ns):
             continue
-        rank = info.st_uid - uid_base
+        rank = info.st_uid - uid_base if uid_base is not None else -1
         owners[name] = rank if 0 <= rank < world_size else None
         target = workdir / name
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -385,18 +449,24 @@ def _hold(sandbox: Sandbox, hidden: list[Path], kept: list[Path], ready_fd: int)
         die_with_parent()
         os.setsid()
         _close_all_but(ready_fd, sandbox._release_read)  # the grader's pipes would never see their end
-        unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID)
+        uid, gid = os.geteuid(), os.getegid()
+        user = CLONE_NEWUSER if sandbox.user_namespace else 0
+        unshare(user | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID)
+        if user:
+            map_user(0, uid, gid)  # root of the run's namespaces, and the grader outside them
         socket.sethostname("localhost")  # gloo binds the address the host name resolves to
         loopback_up()
         _build_view(sandbox, hidden, kept)
-        watch = _watch_writes(str(sandbox.layout.run_dir))
-        store = sandbox.layout.store_path.stat()  # now: the last rank to leave removes it
+        store = file_handle(str(sandbox.layout.store_path))  # now: the last rank to leave removes it
+        writable = (sandbox.layout.workdir, sandbox.layout.rendezvous_dir)
+        watches, namespaces = _rank_mounts(writable, sandbox.world_size)
         init_pid = os.fork()
         if init_pid == 0:
+            _close_all_but()
             be_init()
-        os.write(ready_fd, f"ready {init_pid}".encode())
-        writers = _gather_writes(watch, sandbox._release_read, sandbox.uid_base, sandbox.world_size)
-        report = json.dumps(_writers_report(writers, sandbox.layout.workdir, (store.st_dev, store.st_ino))).encode()
+        os.write(ready_fd, " ".join(map(str, ["ready", init_pid, *namespaces])).encode())
+        writers = _gather_writes(watches, sandbox._release_read)
+        report = json.dumps(_writers_report(writers, sandbox.layout.workdir, store)).encode()
         for start in range(0, len(report), 1 << 16):
             os.write(ready_fd, report[start : start + (1 << 16)])
         os.close(ready_fd)
@@ -410,35 +480,75 @@ def _hold(sandbox: Sandbox, hidden: list[Path], kept: list[Path], ready_fd: int)
     os._exit(status)
 
 
-FAN_CLASS_NOTIF, FAN_CLOEXEC, FAN_NONBLOCK, FAN_MARK_ADD, FAN_MARK_MOUNT, FAN_CLOSE_WRITE = 0, 1, 2, 1, 0x10, 0x8
-AT_FDCWD = -100
+FAN_CLASS_NOTIF, FAN_CLOEXEC, FAN_NONBLOCK, FAN_REPORT_FID = 0, 1, 2, 0x200
+FAN_MARK_ADD, FAN_MARK_MOUNT, FAN_CLOSE_WRITE = 1, 0x10, 0x8
+AT_FDCWD, MAX_HANDLE_SZ = -100, 128
 _FAN_EVENT = struct.Struct("IBBHQii")  # fanotify_event_metadata: len, version, -, metadata len, mask, fd, pid
+# After the metadata, fanotify_event_info_fid: type, -, len, fsid[2], then a file_handle:
+# its size, type and bytes. The type and bytes are what name_to_handle_at gives for the file.
+_FID_HANDLE_AT = 12
 _libc.fanotify_mark.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint64, ctypes.c_int, ctypes.c_char_p]
 
 
-def _watch_writes(folder: str) -> int:
-    """A fanotify descriptor that hears of every file closed after a write on
-    the mount of the run's folder, with the writer's pid."""
-    fd = _libc.fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK, os.O_RDONLY | os.O_LARGEFILE)
+def _rank_mounts(writable: tuple[Path, ...], world_size: int) -> tuple[list[int], list[int]]:
+    """Per rank, a mount namespace in which the writable folders are mounts
+    of its own, and a fanotify group that hears of the writes made through
+    them: a write's rank is the group that heard it. Returns the groups and
+    the namespaces' descriptors, by rank."""
+    shared = os.open("/proc/self/ns/mnt", os.O_RDONLY)
+    watches, namespaces = [], []
+    for _ in range(world_size):
+        unshare(CLONE_NEWNS)
+        watch = _watch_writes()
+        for folder in writable:
+            mount(str(folder), str(folder), None, MS_BIND)
+            _mark(watch, str(folder))
+        watches.append(watch)
+        namespaces.append(os.open("/proc/self/ns/mnt", os.O_RDONLY))
+        _check(_libc.setns(shared, CLONE_NEWNS), "setns")
+    os.close(shared)
+    return watches, namespaces
+
+
+def _watch_writes() -> int:
+    """A fanotify group for files closed after a write, naming each by its
+    file handle. (A handle, not a descriptor, is what an unprivileged group
+    may have.)"""
+    fd = _libc.fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_REPORT_FID, os.O_RDONLY)
     if fd < 0:
         _check(-1, "fanotify_init")
-    _check(
-        _libc.fanotify_mark(fd, FAN_MARK_ADD | FAN_MARK_MOUNT, FAN_CLOSE_WRITE, AT_FDCWD, folder.encode()), "fanotify"
-    )
     return fd
 
 
-def _gather_writes(watch: int, release_fd: int, uid_base: int, world_size: int) -> dict[tuple[int, int], set[int]]:
-    """(device, inode) -> the ranks that wrote it, until the grader asks."""
-    writers: dict[tuple[int, int], set[int]] = {}
+def _mark(watch: int, folder: str) -> None:
+    """Let the group hear of the writes on the mount at `folder`."""
+    _check(
+        _libc.fanotify_mark(watch, FAN_MARK_ADD | FAN_MARK_MOUNT, FAN_CLOSE_WRITE, AT_FDCWD, folder.encode()),
+        "fanotify",
+    )
+
+
+def file_handle(path: str) -> bytes | None:
+    """The kernel's handle of a file (its type and bytes), as fanotify names it; None if it has none."""
+    handle = ctypes.create_string_buffer(struct.pack("Ii", MAX_HANDLE_SZ, 0), 8 + MAX_HANDLE_SZ)
+    mount_id = ctypes.c_int()
+    if _libc.name_to_handle_at(AT_FDCWD, path.encode(), handle, ctypes.byref(mount_id), 0) != 0:
+        return None
+    return handle.raw[4 : 8 + struct.unpack_from("I", handle.raw)[0]]
+
+
+def _gather_writes(watches: list[int], release_fd: int) -> dict[bytes, set[int]]:
+    """File handle -> the ranks that wrote it, until the grader asks."""
+    writers: dict[bytes, set[int]] = {}
     while True:
-        readable, _, _ = select.select([watch, release_fd], [], [])
-        _read_writes(watch, writers, uid_base, world_size)
+        readable, _, _ = select.select([*watches, release_fd], [], [])
+        for rank, watch in enumerate(watches):
+            _read_writes(watch, rank, writers)
         if release_fd in readable:
             return writers
 
 
-def _read_writes(watch: int, writers: dict, uid_base: int, world_size: int) -> None:
+def _read_writes(watch: int, rank: int, writers: dict) -> None:
     while True:
         try:
             buffer = os.read(watch, 1 << 16)
@@ -446,25 +556,21 @@ def _read_writes(watch: int, writers: dict, uid_base: int, world_size: int) -> N
             return
         offset = 0
         while offset < len(buffer):
-            length, _, _, _, _, fd, pid = _FAN_EVENT.unpack_from(buffer, offset)
+            length, _, _, metadata_length, _, fd, _ = _FAN_EVENT.unpack_from(buffer, offset)
+            info = buffer[offset + metadata_length : offset + length]
             offset += length
-            if fd < 0:  # the queue overflowed: the owner of each file still tells
+            if fd >= 0:
+                os.close(fd)
+            if len(info) < _FID_HANDLE_AT + 8:  # the queue overflowed: the owner of each file still tells
                 continue
-            info = os.fstat(fd)
-            os.close(fd)
-            try:
-                uid = os.stat(f"/proc/{pid}").st_uid  # the writer's user, so its rank
-            except OSError:
-                uid = info.st_uid
-            if 0 <= uid - uid_base < world_size:
-                writers.setdefault((info.st_dev, info.st_ino), set()).add(uid - uid_base)
+            size = struct.unpack_from("I", info, _FID_HANDLE_AT)[0]
+            writers.setdefault(info[_FID_HANDLE_AT + 4 : _FID_HANDLE_AT + 8 + size], set()).add(rank)
 
 
-def _writers_report(writers: dict, workdir: Path, store: tuple[int, int]) -> dict:
+def _writers_report(writers: dict, workdir: Path, store: bytes | None) -> dict:
     named = {}
     for path in workdir.rglob("*"):
-        info = path.lstat()
-        ranks = writers.get((info.st_dev, info.st_ino))
+        ranks = None if path.is_dir() and not path.is_symlink() else writers.get(file_handle(str(path)))
         if ranks:
             named[str(path.relative_to(workdir))] = sorted(ranks)
     return {"files": named, "joined": sorted(writers.get(store, []))}
@@ -506,7 +612,9 @@ def _build_view(sandbox: Sandbox, hidden: list[Path], kept: list[Path]) -> None:
     cover(hidden, kept, sandbox.limits.tmp_bytes)
     # The run's folder, on a tmpfs of its own: the code read-only, the socket the
     # records go to, and copies of the working folder and the rendezvous that every
-    # rank's user may write. The grader's private files are not there.
+    # rank's user may write. The grader's private files are not there. The tmpfs
+    # itself is read-only: in a user namespace the ranks own what the holder made,
+    # so only a read-only mount keeps them from renaming the working folder away.
     os.makedirs(layout.run_dir, exist_ok=True)
     mount("tmpfs", str(layout.run_dir), "tmpfs", MS_NOSUID | MS_NODEV, tmpfs.replace("1777", "0755"))
     here = lambda folder: f"/proc/self/fd/{host_run}/{folder.relative_to(layout.run_dir)}"  # noqa: E731
@@ -518,8 +626,9 @@ def _build_view(sandbox: Sandbox, hidden: list[Path], kept: list[Path]) -> None:
         shutil.copytree(here(folder), folder, symlinks=True)
         for inner, _, _ in os.walk(folder):
             os.chmod(inner, 0o777)
+        mount(str(folder), str(folder), None, MS_BIND)
     os.close(host_run)
-    make_rest_read_only()
+    make_rest_read_only(writable=(layout.workdir, layout.rendezvous_dir))
 
 
 def cover(hidden: list[Path], kept: list[Path], tmp_bytes: int) -> None:
@@ -547,17 +656,18 @@ def cover(hidden: list[Path], kept: list[Path], tmp_bytes: int) -> None:
 
 
 def make_rest_read_only(writable: tuple[Path, ...] = ()) -> None:
-    """Every mount read-only but the special file systems, the tmpfs, and `writable`."""
+    """Every mount read-only but the special file systems, the private /tmp
+    and /dev/shm, and the mounts at `writable`."""
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         fields = line.split()
-        mount_point = fields[4].replace("\\040", " ")
+        mount_point = Path(fields[4].replace("\\040", " "))
         fstype = fields[fields.index("-") + 1]
-        if fstype in LEFT_WRITABLE_TYPES or "ro" in fields[5].split(",") or Path(mount_point) in writable:
+        if fstype in LEFT_WRITABLE_TYPES or "ro" in fields[5].split(",") or mount_point in (*writable, *PRIVATE_TMP):
             continue
         flags = MS_REMOUNT | MS_BIND | MS_RDONLY
         flags |= sum(bit for name, bit in (("nosuid", MS_NOSUID), ("nodev", MS_NODEV)) if name in fields[5])
         try:
-            mount(None, mount_point, None, flags)
+            mount(None, str(mount_point), None, flags)
         except OSError:
             pass  # a mount under a hidden folder: not visible anyway
 
@@ -568,9 +678,16 @@ def make_rest_read_only(writable: tuple[Path, ...] = ()) -> None:
 RELAYED_SIGNALS = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)  # the stack-dump request among them
 
 
+def _fork_behind_a_relay() -> None:
+    """Go on in a child; the parent stays behind as its relay."""
+    child = os.fork()
+    if child != 0:
+        _relay(child)
+
+
 def _relay(child: int) -> None:
-    """The launcher's process, outside the PID namespace: wait for the rank
-    inside it and end the same way. Never returns."""
+    """The launcher's process (or a relay below it), outside the PID namespace:
+    wait for the rank inside it and end the same way. Never returns."""
     for number in RELAYED_SIGNALS:
         signal.signal(number, lambda number, _frame: os.kill(child, number))
     _, status = os.waitpid(child, 0)
@@ -584,51 +701,80 @@ def _relay(child: int) -> None:
 
 
 def enter(view: SandboxView, rank: int, workdir: str) -> None:
-    """Join the run's sandbox as user uid_base + rank. Called as root, before
-    any student code runs. Raises OSError.
+    """Join the run's sandbox and become its unprivileged user for this rank.
+    Called before any student code runs, single-threaded. Raises OSError.
 
     A process that joins a PID namespace cannot start threads (the kernel
     refuses), and one with threads cannot join a mount namespace. So the
-    process the launcher started joins the PID namespace only and stays
-    outside as a relay: it forks the rank proper, which is born inside,
-    single-threaded, and joins the rest. The relay passes on the launcher's
-    signals and ends as the rank ends."""
+    process the launcher started joins the PID namespace only (and the run's
+    user namespace, where it has one) and stays outside as a relay: it forks
+    the rank proper, which is born inside, single-threaded, and joins the
+    rest. The relay passes on the launcher's signals and ends as the rank ends."""
     pid = str(os.getpid())
     if view.memory_cgroups:
         Path(view.memory_cgroups[rank], "cgroup.procs").write_text(pid)
     if view.pids_cgroup:
         Path(view.pids_cgroup, "cgroup.procs").write_text(pid)
     init = f"/proc/{view.init_pid}/ns"
-    _setns(f"{init}/pid")
-    child = os.fork()
-    if child != 0:
-        _relay(child)
+    # Opened while the grader's /proc still shows the holder and init.
+    names = ["pid", "net", "ipc", "uts"] + (["user"] if view.user_namespace else [])
+    joined = {name: os.open(f"{init}/{name}", os.O_RDONLY) for name in names}
+    joined["mnt"] = os.open(f"/proc/{view.holder_pid}/fd/{view.mount_namespaces[rank]}", os.O_RDONLY)
+    if view.user_namespace:
+        # First: it gives the capabilities in the run's namespaces that the rest need.
+        # It takes a single-threaded process, which a fork always is.
+        _fork_behind_a_relay()
+        _join(joined.pop("user"))
+    _join(joined.pop("pid"))
+    _fork_behind_a_relay()
     for name in ("mnt", "net", "ipc", "uts"):
-        _setns(f"{init}/{name}")
-    limits = Limits(**view.limits)
+        _join(joined.pop(name))
+    # A /proc of the run's PID namespace: the grader and the other runs' processes are not in it.
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _take_limits(Limits(**view.limits), memory_counted=bool(view.memory_cgroups))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, not a kill
+    os.umask(0)  # the ranks are different users, yet may share files as ranks of one user could
+    if view.user_namespace:
+        unshare(CLONE_NEWUSER)  # a namespace of the rank's own, where it holds nothing over the run's
+        map_user(NESTED_UID, 0, 0)
+        become(NESTED_UID, keep_groups=True)  # the groups are fixed, by map_user
+    else:
+        become(view.uid_base + rank)
+    os.environ.update(GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="lo")
+    os.chdir(workdir)
+
+
+def _join(fd: int) -> None:
+    try:
+        _check(_libc.setns(fd, 0), "setns")
+    finally:
+        os.close(fd)
+
+
+def _take_limits(limits: Limits, memory_counted: bool) -> None:
     import resource
 
-    for which, soft, hard in (
+    wanted = [
         (resource.RLIMIT_FSIZE, limits.file_bytes, limits.file_bytes),
         (resource.RLIMIT_NOFILE, limits.open_files, limits.open_files),
         (resource.RLIMIT_NPROC, limits.processes, limits.processes),
         # SIGXCPU at the soft limit names the cause; SIGKILL at the hard one, should it be ignored.
         (resource.RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 5),
         (resource.RLIMIT_CORE, 0, 0),
-    ):
+    ]
+    if not memory_counted:  # no cgroup to count memory: bound the heap at least
+        wanted.append((resource.RLIMIT_DATA, limits.memory_bytes, limits.memory_bytes))
+    for which, soft, hard in wanted:
+        _, ceiling = resource.getrlimit(which)  # only root may raise it
+        if ceiling != resource.RLIM_INFINITY:
+            soft, hard = min(soft, ceiling), min(hard, ceiling)
         resource.setrlimit(which, (soft, hard))
-    if not view.memory_cgroups:  # no cgroup to count memory: bound the heap at least
-        resource.setrlimit(resource.RLIMIT_DATA, (limits.memory_bytes, limits.memory_bytes))
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, not a kill
-    os.umask(0)  # the ranks are different users, yet may share files as ranks of one user could
-    become(view.uid_base + rank)
-    os.environ.update(GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="lo")
-    os.chdir(workdir)
 
 
-def become(uid: int) -> None:
-    """Give up root for good: the user uid, no groups, no way back (no_new_privs)."""
-    os.setgroups([])
+def become(uid: int, keep_groups: bool = False) -> None:
+    """Give up privilege for good: the user uid, no groups, no way back (no_new_privs)."""
+    if not keep_groups:
+        os.setgroups([])
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl")

@@ -36,6 +36,9 @@ from ..launch.sandbox import (
     CLONE_NEWPID,
     CLONE_NEWUTS,
     DEFAULT_LIMITS,
+    MS_NODEV,
+    MS_NOEXEC,
+    MS_NOSUID,
     MS_PRIVATE,
     MS_REC,
     UID_BASE,
@@ -45,6 +48,7 @@ from ..launch.sandbox import (
     loopback_up,
     make_rest_read_only,
     mount,
+    privileged,
     unshare,
     why_unavailable,
 )
@@ -96,6 +100,10 @@ def run(command: list[str], connection_file: str) -> int:
     kernel = os.fork()
     if kernel == 0:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        # A /proc of the kernel's PID namespace: the grader is not in it, and the
+        # pids in it are the ones the kernel's own runs (check()) will see.
+        unshare(CLONE_NEWNS)
+        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         become(KERNEL_UID)
         os.chdir(folder)
         os.execvp(command[0], command)
@@ -107,7 +115,7 @@ def run(command: list[str], connection_file: str) -> int:
 
 def main(argv: list[str]) -> int:
     command = argv[argv.index("--") + 1 :]
-    reason = why_unavailable()
+    reason = why_unavailable() or (None if privileged() else "the grader does not run as root")
     if reason is not None:
         print(f"The autograding kernel cannot run in a sandbox here: {reason}.", file=sys.stderr)
         return 1

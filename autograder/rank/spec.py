@@ -43,7 +43,8 @@ class RankSpec:
         fields = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
         if fields.get("sandbox") is not None:
             view = fields["sandbox"]
-            fields["sandbox"] = SandboxView(**(view | {"memory_cgroups": tuple(view["memory_cgroups"])}))
+            tuples = {name: tuple(view[name]) for name in ("memory_cgroups", "mount_namespaces")}
+            fields["sandbox"] = SandboxView(**(view | tuples))
         return cls(**fields)
 
     @classmethod
