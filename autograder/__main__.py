@@ -7,6 +7,7 @@ not grade at all.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 
@@ -67,6 +68,43 @@ def _student_bundle(args) -> int:
     return EXIT_PASSED
 
 
+def _autograde(args) -> int:
+    from pathlib import Path
+
+    from .nbgrader_ext.class_grading import ConsoleProgress, autograde, submissions
+    from .nbgrader_ext.gradebook import scores_table
+
+    console = Console(highlight=False)
+    course = Path(args.course)
+    progress = ConsoleProgress(console, args.assignment)
+    try:
+        run = autograde(
+            course,
+            args.assignment,
+            jobs=args.jobs,
+            students=args.student or None,
+            force=args.force,
+            backend=args.backend,
+            gpus_per_job=args.gpus_per_job,
+            timeout_s=args.timeout,
+            progress=progress,
+        )
+    finally:
+        progress.end()
+    notes = {o.student: ("FAILED" if o.failed else f"graded, {o.seconds:.0f} s") for o in run.graded}
+    notes |= {student: "unchanged" for student in run.unchanged}
+    shown = {s: notes[s] for s in submissions(course, args.assignment) if s in notes}
+    console.print(scores_table(course, shown, [args.assignment]))
+    for outcome in run.failures:
+        console.print(f"[bold red]{outcome.student}[/]'s grading failed; the end of nbgrader's log:")
+        console.print(outcome.log, style="dim", markup=False)
+    console.print(
+        f"Graded {len(run.graded)} student{'s' * (len(run.graded) != 1)} in {run.seconds:.0f} s, "
+        f"{args.jobs} at a time; {len(run.unchanged)} unchanged; {len(run.failures)} failed."
+    )
+    return EXIT_FAILED if run.failures else EXIT_PASSED
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -121,6 +159,35 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--show-output", action="store_true", help="show every rank's output, not only failing ranks'")
     check.add_argument("--quiet", action="store_true", help="print nothing; use the exit status and --json")
     check.set_defaults(run=_check)
+
+    class_run = commands.add_parser(
+        "autograde",
+        help="nbgrader's autograde of a whole class, several students at a time",
+        description=(
+            "Run in the course directory. Grades every submission of ASSIGNMENT that changed since it was last "
+            "graded, each with nbgrader's own autograde into a private gradebook, N at a time, then merges them "
+            "into gradebook.db in one transaction. Exit status: 0 all graded, 1 some gradings failed, "
+            "2 could not start."
+        ),
+    )
+    class_run.add_argument("assignment", help="the assignment's name, as in the gradebook")
+    class_run.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="students at a time (default: cores)")
+    class_run.add_argument("--student", action="append", metavar="ID", help="grade only this student (repeatable)")
+    class_run.add_argument("--force", action="store_true", help="grade again even the unchanged submissions")
+    class_run.add_argument(
+        "--backend",
+        default="auto",
+        choices=BACKENDS,
+        help="auto: nccl where each job can have --gpus-per-job GPUs of its own, else gloo (default auto)",
+    )
+    class_run.add_argument(
+        "--gpus-per-job", type=int, default=3, metavar="K", help="GPUs each student's job gets (default 3)"
+    )
+    class_run.add_argument(
+        "--timeout", type=float, default=1800.0, help="seconds one student's grading may take (default 1800)"
+    )
+    class_run.add_argument("--course", default=".", help="the course directory (default: here)")
+    class_run.set_defaults(run=_autograde)
 
     bundle = commands.add_parser(
         "student-bundle",

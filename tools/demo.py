@@ -7,11 +7,12 @@ commands an instructor runs:
     nbgrader db assignment add <assignment>    ddp_intro, linear_regression, mnist_ddp
     nbgrader generate_assignment <assignment>
     (the students' notebooks go into submitted/<student>/<assignment>/)
-    nbgrader autograde <assignment>
+    python -m autograder autograde <assignment>    nbgrader's autograde, students in parallel
     nbgrader generate_feedback <assignment>
 
 then prints the gradebook's scores (student x assignment) and, for every point
-lost, the grade cell and the autograder's explanation.
+lost, the grade cell and the autograder's explanation. For comparison it also
+times serial `nbgrader autograde linear_regression` on a copy of the course.
 
 A sample student is a folder tests/samples/<student>/<assignment>/ of answers.
 Their notebook is the released notebook with each answer put in its cell: for
@@ -34,6 +35,7 @@ import time
 from pathlib import Path
 
 from autograder.exercises import ASSIGNMENTS, LEFT_BY_RUNNING
+from autograder.nbgrader_ext.gradebook import scores, scores_table
 from autograder.wording import points
 
 ROOT = Path(__file__).resolve().parents[1]  # the course directory (a checkout of the repository)
@@ -141,21 +143,6 @@ def submit(course: Path, student: str, assignment: str, answers: Path | None) ->
         nbformat.write(fill_notebook(notebook, answers), target / notebook.name)
 
 
-def gradebook_scores(course: Path, students, assignments) -> dict[tuple[str, str], tuple[float | None, float]]:
-    from nbgrader.api import Gradebook, MissingEntry
-
-    scores = {}
-    with Gradebook("sqlite:///" + str(course / "gradebook.db"), "ddp-course") as gb:
-        for student in students:
-            for assignment in assignments:
-                try:
-                    submission = gb.find_submission(assignment, student)
-                    scores[student, assignment] = (submission.score, submission.max_score)
-                except MissingEntry:
-                    scores[student, assignment] = (None, gb.find_assignment(assignment).max_score)
-    return scores
-
-
 def lost_points(course: Path, student: str, assignment: str) -> list[tuple[str, float, str]]:
     """(grade cell, points lost, its error without the hint) for each grade cell that lost points."""
     import nbformat
@@ -181,16 +168,28 @@ def lost_points(course: Path, student: str, assignment: str) -> list[tuple[str, 
     return lost
 
 
-def _points(value: float | None) -> str:
-    return "-" if value is None else points(value)
+def class_autograde(course: Path, *args: str) -> subprocess.CompletedProcess:
+    """`python -m autograder autograde ...` in the course; raise CommandFailed with its output if it fails."""
+    done = subprocess.run(
+        [sys.executable, "-m", "autograder", *args],
+        cwd=course,
+        env=nbgrader_env(),
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    if done.returncode != 0:
+        raise CommandFailed(
+            f"`python -m autograder {' '.join(args)}` exited with status {done.returncode}:\n"
+            + "\n".join((done.stdout + done.stderr).strip().splitlines()[-40:])
+        )
+    return done
 
 
 def run_demo(keep: bool = False) -> int:
-    from rich import box
     from rich.console import Console
     from rich.markup import escape
     from rich.padding import Padding
-    from rich.table import Table
 
     console = Console(highlight=False)
     if not (ROOT / "nbgrader_config.py").is_file() or not SAMPLES.is_dir():
@@ -202,11 +201,13 @@ def run_demo(keep: bool = False) -> int:
     course = Path(tempfile.mkdtemp(prefix="ddp-course-demo-"))
     started = time.monotonic()
 
-    def step(text: str, *args: str) -> None:
+    def step(text: str, *args: str, where: Path = course, command=nbgrader) -> float:
         t0 = time.monotonic()
         with console.status(text):
-            nbgrader(course, *args)
-        console.print(f"  {text} [dim]({time.monotonic() - t0:.0f} s)[/]")
+            command(where, *args)
+        seconds = time.monotonic() - t0
+        console.print(f"  {text} [dim]({seconds:.0f} s)[/]")
+        return seconds
 
     try:
         console.print(f"[bold]ddp-course demo[/]: grading {len(STUDENTS)} sample students with nbgrader in {course}")
@@ -230,34 +231,37 @@ def run_demo(keep: bool = False) -> int:
         console.print(
             f"  {len(STUDENTS) * len(ASSIGNMENTS)} notebooks put into submitted/ from {SAMPLES.relative_to(ROOT)}/"
         )
+        serial_course = Path(shutil.copytree(course, course.parent / f"{course.name}-serial"))
+        parallel = {}
         for assignment in ASSIGNMENTS:
-            step(f"nbgrader autograde {assignment}", "autograde", assignment)
+            parallel[assignment] = step(
+                f"python -m autograder autograde {assignment}", "autograde", assignment, command=class_autograde
+            )
+        serial = step(
+            "nbgrader autograde linear_regression (serial, on a copy, for comparison)",
+            "autograde",
+            "linear_regression",
+            where=serial_course,
+        )
+        console.print(
+            f"  linear_regression: {parallel['linear_regression']:.0f} s in parallel against {serial:.0f} s "
+            f"for serial nbgrader ({serial / parallel['linear_regression']:.1f}x)"
+        )
         for assignment in ASSIGNMENTS:
             step(f"nbgrader generate_feedback {assignment}", "generate_feedback", assignment)
 
-        scores = gradebook_scores(course, STUDENTS, ASSIGNMENTS)
-        table = Table(title="Grades (from nbgrader's gradebook)", title_justify="left", box=box.SIMPLE_HEAD)
-        table.add_column("Student")
-        table.add_column("Sample", max_width=10)
-        for assignment in ASSIGNMENTS:
-            table.add_column(assignment, justify="right")
-        table.add_column("Total", justify="right", style="bold")
-        for student, (_, _, what) in STUDENTS.items():
-            row = [f"{_points(scores[student, a][0])}/{_points(scores[student, a][1])}" for a in ASSIGNMENTS]
-            total = sum(scores[student, a][0] or 0 for a in ASSIGNMENTS)
-            maximum = sum(scores[student, a][1] for a in ASSIGNMENTS)
-            table.add_row(student, what, *row, f"{_points(total)}/{_points(maximum)}")
+        found = scores(course, STUDENTS, ASSIGNMENTS)
         console.print()
-        console.print(table)
+        console.print(scores_table(course, {s: what for s, (_, _, what) in STUDENTS.items()}, list(ASSIGNMENTS)))
 
-        blank = [s for s in STUDENTS if all(scores[s, a][0] == 0 for a in ASSIGNMENTS)]
+        blank = [s for s in STUDENTS if all(found[s, a][0] == 0 for a in ASSIGNMENTS)]
         console.print("\n[bold]Where the points went[/] (each student's feedback HTML explains the same):")
         for student in STUDENTS:
             if student in blank:
                 continue
             for assignment in ASSIGNMENTS:
                 for cell, lost, why in lost_points(course, student, assignment):
-                    console.print(f"  {student} · {assignment} · {cell} [red](-{_points(lost)})[/]")
+                    console.print(f"  {student} · {assignment} · {cell} [red](-{points(lost)})[/]")
                     console.print(Padding(escape(why), (0, 0, 0, 6)), style="dim")
         if blank:
             console.print(
@@ -278,6 +282,7 @@ def run_demo(keep: bool = False) -> int:
     finally:
         if not keep:
             shutil.rmtree(course, ignore_errors=True)
+            shutil.rmtree(course.parent / f"{course.name}-serial", ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from jupyter_client.manager import KernelManager
 
+from .._process import die_with_parent
 from ..launch.contain import hidden_paths, kept_paths
 from ..launch.sandbox import (
     CLONE_NEWIPC,
@@ -84,6 +85,8 @@ def _course_of(folder: Path) -> list[Path]:
 
 
 def run(command: list[str], connection_file: str) -> int:
+    # If nbgrader is killed, the kernel goes with it: this process, then init, then all in its namespace.
+    die_with_parent()
     folder, sockets = Path.cwd(), Path(connection_file).parent
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # an interrupt is for the kernel (it reaches the whole group)
     for writable in (folder, sockets):

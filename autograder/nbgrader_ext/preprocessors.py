@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import nbformat
@@ -138,10 +139,13 @@ class GradeDDPCellsOutOfKernel(NbGraderPreprocessor):
         report_path = path.with_suffix(".json")
         command = [sys.executable, "-m", "autograder", "check", str(path), "--exercise", exercise.name]
         command += ["--world-size", str(world_size), "--json", str(report_path), "--quiet"]
+        started = time.monotonic()
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=self.timeout, cwd=path.parent)
         except subprocess.TimeoutExpired:
             return [f"The grader did not finish within {self.timeout:g} s; tell your instructor."]
+        seconds = time.monotonic() - started
+        self.log.info("Graded %s with %d ranks, out of the kernel, in %.1f s", path.name, world_size, seconds)
         if not report_path.exists():
             said = (done.stderr or done.stdout).strip().splitlines()
             self.log.error("Grading %s with %d ranks failed: %s", exercise.program, world_size, done.stderr[-2000:])

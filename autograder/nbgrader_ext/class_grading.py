@@ -1,0 +1,375 @@
+"""`python -m autograder autograde ASSIGNMENT`: nbgrader's autograde for a whole class, in parallel.
+
+nbgrader grades one notebook after another, into one SQLite gradebook that
+takes one writer at a time. Here each student is one `nbgrader autograde
+ASSIGNMENT --student ID` of its own, in the course directory with its config
+(so the same preprocessors and the same scores as a serial run), writing
+into a private copy of the gradebook. N of them run at once. When all have
+ended, the graded submissions go into the course's gradebook.db in one
+transaction (gradebook.merge).
+
+A student whose grading fails (a timeout, a dead kernel, a broken notebook)
+is reported, and their gradebook rows are merged as nbgrader left them, as a
+serial run would; it never stops the others. A rerun grades only the
+students whose submitted folder changed since they were last graded
+(fingerprints in .autograde-state.json), unless forced.
+
+On a GPU runner each job gets GPUs of its own through CUDA_VISIBLE_DEVICES,
+packed so that no GPU is shared (`gpu_slots`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import CannotGrade
+from .gradebook import merge
+
+STATE_FILE = ".autograde-state.json"
+DEFAULT_STUDENT_TIMEOUT_S = 1800.0
+LOG_TAIL_LINES = 15
+
+
+@dataclass
+class Outcome:
+    """How one student's grading ended."""
+
+    student: str
+    returncode: int | None  # None: killed at the timeout
+    seconds: float
+    log: str = ""  # the tail of nbgrader's output, when it failed
+
+    @property
+    def failed(self) -> bool:
+        return self.returncode != 0
+
+
+@dataclass
+class ClassRun:
+    """What one `autograde` did."""
+
+    assignment: str
+    graded: list[Outcome] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)  # skipped: graded before, and not changed since
+    seconds: float = 0.0
+
+    @property
+    def failures(self) -> list[Outcome]:
+        return [o for o in self.graded if o.failed]
+
+
+def gpu_slots(gpus: list[str], per_job: int) -> list[list[str]]:
+    """Disjoint sets of `per_job` GPUs, as many as the inventory holds: one per concurrent job."""
+    if per_job < 1:
+        raise ValueError("a job needs at least one GPU")
+    return [gpus[start : start + per_job] for start in range(0, len(gpus) - per_job + 1, per_job)]
+
+
+def gpu_inventory() -> list[str]:
+    """The GPUs this machine shows the grader (CUDA_VISIBLE_DEVICES honoured), by index or id."""
+    from ..launch.backend import visible_gpus
+
+    shown = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if shown is not None:
+        return [g for g in (part.strip() for part in shown.split(",")) if g][: visible_gpus()]
+    return [str(i) for i in range(visible_gpus())]
+
+
+def submissions(course: Path, assignment: str) -> dict[str, Path]:
+    """student -> their submitted folder of this assignment."""
+    submitted = course / "submitted"
+    found = sorted(submitted.glob(f"*/{assignment}")) if submitted.is_dir() else []
+    return {folder.parent.name: folder for folder in found if folder.is_dir()}
+
+
+def fingerprint(folder: Path) -> str:
+    """Of a submitted folder: every file's name and bytes."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(folder)).encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _assignment_known(course_db: Path, assignment: str) -> bool:
+    import sqlite3
+
+    db = sqlite3.connect(f"file:{course_db}?mode=ro", uri=True)
+    try:
+        return db.execute("SELECT 1 FROM assignment WHERE name = ?", (assignment,)).fetchone() is not None
+    except sqlite3.Error:
+        return False
+    finally:
+        db.close()
+
+
+def _graded_before(course_db: Path, assignment: str, student: str) -> bool:
+    import sqlite3
+
+    db = sqlite3.connect(f"file:{course_db}?mode=ro", uri=True)
+    try:
+        row = db.execute(
+            "SELECT 1 FROM submitted_assignment s JOIN assignment a ON s.assignment_id = a.id "
+            "WHERE a.name = ? AND s.student_id = ?",
+            (assignment, student),
+        ).fetchone()
+        return row is not None
+    finally:
+        db.close()
+
+
+class _State:
+    """The fingerprint of each student's folder when it was last graded, per assignment."""
+
+    def __init__(self, course: Path):
+        self.path = course / STATE_FILE
+        try:
+            self.data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            self.data = {}
+
+    def get(self, assignment: str, student: str) -> str | None:
+        return self.data.get(assignment, {}).get(student)
+
+    def set(self, assignment: str, student: str, value: str) -> None:
+        self.data.setdefault(assignment, {})[student] = value
+
+    def save(self) -> None:
+        from .._files import write_text
+
+        write_text(self.path, json.dumps(self.data, indent=1, sort_keys=True))
+
+
+def plan(course: Path, assignment: str, students: list[str] | None, force: bool) -> tuple[dict, list[str]]:
+    """(student -> folder to grade, students left alone as unchanged). Raises CannotGrade on bad input."""
+    course_db = course / "gradebook.db"
+    if not (course / "nbgrader_config.py").is_file() or not course_db.is_file():
+        raise CannotGrade(
+            f"{course} is not an nbgrader course directory with a gradebook (no nbgrader_config.py or gradebook.db).",
+            "Run this in the course directory, after `nbgrader db assignment add` and `nbgrader generate_assignment`.",
+        )
+    if not _assignment_known(course_db, assignment):
+        raise CannotGrade(
+            f"There is no assignment {assignment!r} in the gradebook.",
+            f"Check its name, or run `nbgrader generate_assignment {assignment}` first.",
+        )
+    found = submissions(course, assignment)
+    if students:
+        missing = [s for s in students if s not in found]
+        if missing:
+            raise CannotGrade(
+                f"No submission of {assignment!r} from {', '.join(missing)}.",
+                f"Their notebooks belong in submitted/<student>/{assignment}/.",
+            )
+        found = {s: found[s] for s in students}
+    if not found:
+        raise CannotGrade(
+            f"Nobody has submitted {assignment!r}: submitted/*/{assignment}/ holds nothing.",
+            "Collect the submissions first (nbgrader collect, or copy them into submitted/).",
+        )
+    state, chosen, unchanged = _State(course), {}, []
+    for student, folder in found.items():
+        same = state.get(assignment, student) == fingerprint(folder)
+        if same and not force and _graded_before(course_db, assignment, student):
+            unchanged.append(student)
+        else:
+            chosen[student] = folder
+    return chosen, unchanged
+
+
+def _nbgrader_env(gpus: list[str] | None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")  # nbgrader runs `alembic`
+    if gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    return env
+
+
+def grade_one(
+    course: Path,
+    assignment: str,
+    student: str,
+    db: Path,
+    gpus: list[str] | None,
+    timeout_s: float,
+    live: set | None = None,
+) -> Outcome:
+    """nbgrader's own autograde of one student, into the gradebook at `db`. While it runs,
+    its process is in `live`, for a caller that must stop everything at once."""
+    command = [sys.executable, "-m", "nbgrader", "autograde", assignment, "--student", student, "--force"]
+    command.append(f"--db=sqlite:///{db}")
+    started = time.monotonic()
+    # A session of its own: at the timeout, nbgrader and all in its session go together (its kernel,
+    # in a session of its own, dies with it). The log goes to a file: nothing waits on a pipe's end.
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(
+            command,
+            cwd=course,
+            env=_nbgrader_env(gpus),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        if live is not None:
+            live.add(process)
+        try:
+            code = process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            code = None
+        finally:
+            if live is not None:
+                live.discard(process)
+        log.seek(0)
+        output = log.read()
+    if code is None:
+        output += f"\nKilled: the grading took longer than {timeout_s:g} s."
+    seconds = time.monotonic() - started
+    tail = "\n".join(output.strip().splitlines()[-LOG_TAIL_LINES:]) if code != 0 else ""
+    return Outcome(student, code, seconds, tail)
+
+
+class Progress:
+    """What a caller hears while the class is graded; these do nothing."""
+
+    def begin(self, total: int, unchanged: list[str]) -> None: ...
+
+    def started(self, running: set[str]) -> None: ...
+
+    def finished(self, outcome: Outcome, running: set[str]) -> None: ...
+
+
+SILENT = Progress()
+
+
+class ConsoleProgress(Progress):
+    """A rich progress bar: done and total, the students being graded, an ETA, and failures as they happen."""
+
+    def __init__(self, console, assignment: str):
+        from rich import progress
+
+        self.console, self.assignment = console, assignment
+        self.bar = progress.Progress(
+            progress.TextColumn("{task.description}"),
+            progress.BarColumn(),
+            progress.MofNCompleteColumn(),
+            progress.TimeElapsedColumn(),
+            progress.TextColumn("eta"),
+            progress.TimeRemainingColumn(),
+            progress.TextColumn("[dim]{task.fields[running]}"),
+            console=console,
+            transient=True,
+        )
+        self.task = None
+
+    def begin(self, total: int, unchanged: list[str]) -> None:
+        if unchanged:
+            self.console.print(f"Unchanged since last graded, left as they are: {', '.join(unchanged)}")
+        self.bar.start()
+        self.task = self.bar.add_task(f"autograde {self.assignment}", total=total, running="")
+
+    def started(self, running: set[str]) -> None:
+        self.bar.update(self.task, running="grading " + ", ".join(sorted(running)))
+
+    def finished(self, outcome: Outcome, running: set[str]) -> None:
+        self.bar.update(self.task, advance=1, running=("grading " + ", ".join(sorted(running))) if running else "")
+        if outcome.failed:
+            why = "timed out" if outcome.returncode is None else f"nbgrader exited with status {outcome.returncode}"
+            self.console.print(f"[bold red]{outcome.student}[/]: {why} after {outcome.seconds:.0f} s")
+
+    def end(self) -> None:
+        self.bar.stop()
+
+
+def autograde(
+    course: Path,
+    assignment: str,
+    jobs: int = 2,
+    students: list[str] | None = None,
+    force: bool = False,
+    backend: str = "auto",
+    gpus_per_job: int = 3,
+    timeout_s: float = DEFAULT_STUDENT_TIMEOUT_S,
+    progress: Progress = SILENT,
+) -> ClassRun:
+    """Grade every changed submission of `assignment`, `jobs` at a time, and merge them into gradebook.db."""
+    if jobs < 1:
+        raise CannotGrade(f"--jobs must be at least 1, not {jobs}.", "Use --jobs 1 to grade one student at a time.")
+    course = course.resolve()
+    chosen, unchanged = plan(course, assignment, students, force)
+    slots = _slots(backend, gpus_per_job, jobs)
+    run = ClassRun(assignment, unchanged=unchanged)
+    started = time.monotonic()
+    private_dir = Path(tempfile.mkdtemp(prefix="ddp-autograde-"))
+    free, lock, running, live = list(slots), threading.Lock(), set(), set()
+
+    def one(student: str) -> Outcome:
+        db = private_dir / f"{student}.db"
+        shutil.copyfile(course / "gradebook.db", db)  # nothing writes the course's gradebook until the merge
+        with lock:
+            gpus = free.pop() if slots else ([] if backend == "gloo" else None)  # []: the GPUs hidden
+            running.add(student)
+            progress.started(set(running))
+        try:
+            outcome = grade_one(course, assignment, student, db, gpus, timeout_s, live)
+        finally:
+            with lock:
+                if slots:
+                    free.append(gpus)
+                running.discard(student)
+                progress.finished(outcome, set(running))
+        return outcome
+
+    progress.begin(len(chosen), unchanged)
+    try:
+        width = min(jobs, len(slots)) if slots else jobs
+        with ThreadPoolExecutor(max_workers=width) as pool:
+            try:
+                run.graded = list(pool.map(one, chosen))
+            except BaseException:  # an interrupt: nothing of this run may go on grading
+                for process in list(live):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(process.pid, signal.SIGKILL)
+                pool.shutdown(cancel_futures=True)
+                raise
+        written = {o.student: private_dir / f"{o.student}.db" for o in run.graded}
+        merge(course / "gradebook.db", written, assignment)
+        state = _State(course)
+        for outcome in run.graded:
+            if not outcome.failed:
+                state.set(assignment, outcome.student, fingerprint(chosen[outcome.student]))
+        state.save()
+    finally:
+        shutil.rmtree(private_dir, ignore_errors=True)
+    run.seconds = time.monotonic() - started
+    return run
+
+
+def _slots(backend: str, per_job: int, jobs: int) -> list[list[str]]:
+    """The GPU sets that the jobs take in turn; [] when grading on the CPU."""
+    if backend == "gloo":
+        return []
+    inventory = gpu_inventory()
+    slots = gpu_slots(inventory, per_job) if inventory else []
+    if backend == "nccl" and not slots:
+        raise CannotGrade(
+            f"--backend nccl needs {per_job} GPUs per student, and this machine shows {len(inventory)}.",
+            "Use --backend gloo to grade on the CPU, or a smaller --gpus-per-job.",
+        )
+    return slots

@@ -1,0 +1,230 @@
+"""`python -m autograder autograde`: a whole class with real nbgrader, several students at a time.
+
+One course is prepared per module (students, generate_assignment, the sample
+submissions of linear_regression) and copied for each test. The parallel
+gradebook is compared, grade cell by grade cell, with serial nbgrader's.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from conftest import processes_mentioning
+from test_kernel_sandbox import kernel_processes
+
+from autograder.errors import CannotGrade
+from autograder.nbgrader_ext import class_grading
+from autograder.nbgrader_ext.class_grading import Outcome, autograde, gpu_slots
+from autograder.nbgrader_ext.gradebook import MergeError, merge, scores
+from tools.demo import copy_course, nbgrader, nbgrader_env, submit
+
+pytestmark = pytest.mark.nbgrader
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "tests" / "samples"
+ASSIGNMENT = "linear_regression"
+STUDENTS = ("ada", "brook", "cy", "eve")  # cy is not in the gradebook: nbgrader adds her
+EXPECTED = {"ada": 18, "brook": 15, "cy": 0, "eve": 12}
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> Path:
+    course = copy_course(tmp_path_factory.mktemp("class") / "course")
+    for student in STUDENTS[:2] + STUDENTS[3:]:
+        nbgrader(course, "db", "student", "add", student)
+    nbgrader(course, "db", "assignment", "add", ASSIGNMENT)
+    nbgrader(course, "generate_assignment", ASSIGNMENT, "--force")
+    for student in STUDENTS:
+        submit(course, student, ASSIGNMENT, SAMPLES / student / ASSIGNMENT)
+    return course
+
+
+@pytest.fixture
+def course(prepared, tmp_path) -> Path:
+    return Path(shutil.copytree(prepared, tmp_path / "course"))
+
+
+def run_cli(course: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "autograder", "autograde", *args],
+        cwd=course,
+        env=nbgrader_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def grade_rows(course: Path) -> dict:
+    """(student, notebook, cell) -> every score and comment the gradebook holds of it."""
+    db = sqlite3.connect(course / "gradebook.db")
+    try:
+        rows = db.execute(
+            "SELECT sa.student_id, n.name, c.name, g.auto_score, g.manual_score, g.extra_credit, "
+            "g.needs_manual_grade, m.auto_comment, m.manual_comment "
+            "FROM grade g JOIN submitted_notebook sn ON g.notebook_id = sn.id "
+            "JOIN submitted_assignment sa ON sn.assignment_id = sa.id "
+            "JOIN notebook n ON sn.notebook_id = n.id JOIN base_cell c ON g.cell_id = c.id "
+            "LEFT JOIN comment m ON m.notebook_id = sn.id AND m.cell_id = g.cell_id"
+        ).fetchall()
+    finally:
+        db.close()
+    return {row[:3]: row[3:] for row in rows}
+
+
+# What differs between any two runs of one notebook: times, the decimals of runs that are not
+# seeded (the serial script's losses), and which of the ranks that all fail fails first.
+VARIES = re.compile(r"\d+\.\d+|\d+ ?s\b|(?<=[Rr]ank )\d")
+
+
+def autograded_cells(course: Path, student: str) -> list:
+    """Each cell's source and outputs, as far as two runs of the same notebook agree: stream text
+    and errors with what varies masked (a stream's chunks joined: how the kernel's output was cut
+    up depends on timing), and of a rich display (the report, with its plots) its kinds of data."""
+    notebook = nbformat.read(course / "autograded" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    cells = []
+    for cell in notebook.cells:
+        outputs = []
+        for output in cell.get("outputs", []):
+            if output["output_type"] in ("display_data", "execute_result"):
+                outputs.append(sorted(output["data"]))
+            elif output["output_type"] == "stream" and outputs and outputs[-1][0] == output["name"]:
+                outputs[-1] = (output["name"], outputs[-1][1] + output["text"])
+            elif output["output_type"] == "stream":
+                outputs.append((output["name"], output["text"]))
+            else:
+                outputs.append((output["ename"], output["evalue"], output["traceback"]))
+        cells.append((cell.source, VARIES.sub("N", str(outputs)), cell.metadata.get("nbgrader")))
+    return cells
+
+
+def test_parallel_gives_the_gradebook_serial_nbgrader_gives(course, tmp_path):
+    serial = Path(shutil.copytree(course, tmp_path / "serial"))
+    nbgrader(serial, "autograde", ASSIGNMENT)
+    done = run_cli(course, ASSIGNMENT, "--jobs", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Graded 4 students" in done.stdout and "2 at a time" in done.stdout
+    expected = grade_rows(serial)
+    assert {student for student, _, _ in expected} == set(STUDENTS)
+    assert grade_rows(course) == expected
+    for student in STUDENTS:
+        assert autograded_cells(course, student) == autograded_cells(serial, student)
+    found = scores(course, STUDENTS, [ASSIGNMENT])
+    assert {s: found[s, ASSIGNMENT][0] for s in STUDENTS} == EXPECTED
+
+
+def test_a_rerun_grades_only_what_changed(course):
+    assert run_cli(course, ASSIGNMENT, "--student", "ada", "--student", "cy").returncode == 0
+    # cy hands in ada's notebook; ada's stays as it was.
+    shutil.copy(
+        course / "submitted" / "ada" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb",
+        course / "submitted" / "cy" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb",
+    )
+    done = run_cli(course, ASSIGNMENT, "--student", "ada", "--student", "cy")
+    assert "Unchanged since last graded, left as they are: ada" in done.stdout
+    assert "Graded 1 student in" in done.stdout
+    assert scores(course, ["cy"], [ASSIGNMENT])["cy", ASSIGNMENT][0] == 18
+    forced = run_cli(course, ASSIGNMENT, "--student", "ada", "--force")
+    assert "Graded 1 student in" in forced.stdout and "Unchanged since" not in forced.stdout
+
+
+def test_a_broken_notebook_fails_alone(course):
+    (course / "submitted" / "brook" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").write_text("{ this is not a notebook")
+    done = run_cli(course, ASSIGNMENT, "--student", "ada", "--student", "brook", "--jobs", "2")
+    assert done.returncode == 1
+    assert "brook: nbgrader exited with status 1" in done.stdout
+    assert "brook's grading failed; the end of nbgrader's log:" in done.stdout
+    assert scores(course, ["ada"], [ASSIGNMENT])["ada", ASSIGNMENT][0] == 18
+
+
+def test_a_grading_past_its_time_is_killed_and_reported(course):
+    run = autograde(course, ASSIGNMENT, students=["ada"], timeout_s=8)
+    assert [o.returncode for o in run.graded] == [None]
+    assert "Killed: the grading took longer than 8 s." in run.graded[0].log
+    deadline = time.monotonic() + 10
+    while (left := kernel_processes() + processes_mentioning("--student")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left  # nbgrader, its kernel and the grader went with it
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["nonexistent"], "There is no assignment 'nonexistent' in the gradebook."),
+        ([ASSIGNMENT, "--jobs", "0"], "--jobs must be at least 1, not 0."),
+        ([ASSIGNMENT, "--student", "zoe"], "No submission of 'linear_regression' from zoe."),
+    ],
+)
+def test_bad_input_is_refused_with_a_reason(course, args, says):
+    before = (course / "gradebook.db").read_bytes()
+    done = run_cli(course, *args)
+    assert done.returncode == 2
+    assert says in " ".join(done.stderr.split())
+    assert (course / "gradebook.db").read_bytes() == before
+
+
+def test_no_submissions_and_no_gradebook_are_refused(course):
+    shutil.rmtree(course / "submitted")
+    assert "Nobody has submitted 'linear_regression'" in " ".join(run_cli(course, ASSIGNMENT).stderr.split())
+    (course / "gradebook.db").unlink()
+    assert "is not an nbgrader course directory with a gradebook" in " ".join(
+        run_cli(course, ASSIGNMENT).stderr.split()
+    )
+
+
+def test_the_merge_is_one_transaction(course, tmp_path):
+    good = tmp_path / "good.db"
+    shutil.copyfile(course / "gradebook.db", good)
+    broken = tmp_path / "broken.db"
+    broken.write_bytes(b"not a database" * 100)
+    before = (course / "gradebook.db").read_bytes()
+    with pytest.raises(MergeError, match="broken.db"):
+        merge(course / "gradebook.db", {"ada": good, "brook": broken}, ASSIGNMENT)
+    assert (course / "gradebook.db").read_bytes() == before
+
+
+def test_gpus_are_packed_so_that_none_is_shared():
+    eight = [str(i) for i in range(8)]
+    assert gpu_slots(eight, 2) == [["0", "1"], ["2", "3"], ["4", "5"], ["6", "7"]]
+    assert gpu_slots(eight, 3) == [["0", "1", "2"], ["3", "4", "5"]]
+    assert gpu_slots(["0"], 2) == []
+
+
+def test_each_job_gets_gpus_of_its_own(monkeypatch, tmp_path):
+    course = tmp_path / "course"
+    course.mkdir()
+    (course / "gradebook.db").write_bytes(b"")
+    students = [f"s{i}" for i in range(8)]
+    monkeypatch.setattr(class_grading, "plan", lambda *a: ({s: course for s in students}, []))
+    monkeypatch.setattr(class_grading, "gpu_inventory", lambda: [str(i) for i in range(8)])
+    monkeypatch.setattr(class_grading, "merge", lambda *a: None)
+    monkeypatch.setattr(class_grading, "fingerprint", lambda folder: "")
+    held, seen = set(), []
+
+    def fake_grade(course, assignment, student, db, gpus, timeout_s, live):
+        assert not held & set(gpus), "two jobs share a GPU"
+        held.update(gpus)
+        seen.append(len(held) // 2)
+        time.sleep(0.05)
+        held.difference_update(gpus)
+        return Outcome(student, 0, 0.05)
+
+    monkeypatch.setattr(class_grading, "grade_one", fake_grade)
+    run = autograde(course, ASSIGNMENT, jobs=8, backend="nccl", gpus_per_job=2)
+    assert len(run.graded) == 8 and max(seen) <= 4  # 8 GPUs, 2 a job: 4 students at a time
+
+
+def test_nccl_without_enough_gpus_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setattr(class_grading, "plan", lambda *a: ({}, []))
+    monkeypatch.setattr(class_grading, "gpu_inventory", lambda: ["0"])
+    with pytest.raises(CannotGrade, match="needs 3 GPUs per student, and this machine shows 1"):
+        autograde(tmp_path, ASSIGNMENT, backend="nccl")
