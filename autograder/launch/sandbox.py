@@ -638,13 +638,18 @@ def cover(hidden: list[Path], kept: list[Path], tmp_bytes: int) -> None:
     included)."""
     tmpfs = f"size={tmp_bytes},mode=1777"
     kept_fds = [(path, os.open(path, os.O_PATH)) for path in kept if path.exists()]
-    for path in hidden:
-        if path.is_dir():
-            mount("tmpfs", str(path), "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
-        elif path.exists():
-            mount("/dev/null", str(path), None, MS_BIND)
+    kinds = [(path, path.is_dir(), path.exists()) for path in hidden]
+    # The fresh /tmp first: a hidden folder under it (a course cloned into /tmp) is still covered.
     mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, tmpfs)
     mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, tmpfs)
+    for path, is_dir, exists in kinds:
+        if is_dir:
+            os.makedirs(path, exist_ok=True)
+            mount("tmpfs", str(path), "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
+        elif exists:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+            mount("/dev/null", str(path), None, MS_BIND)
     covered = [*hidden, Path("/tmp"), Path("/dev/shm")]
     for path, fd in kept_fds:
         if any(path.is_relative_to(c) for c in covered):
