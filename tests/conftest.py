@@ -73,13 +73,14 @@ def no_leftover_ranks():
     assert not left, f"processes left running after grading: {sorted(left)}"
 
 
-def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`python -m autograder ...` as a user runs it."""
+def run_cli(*args: str, timeout: float = 300, cwd: Path = ROOT, **popen) -> subprocess.CompletedProcess:
+    """`python -m autograder ...` as a user runs it (`popen`: who that user is, and their environment)."""
     return subprocess.run(
         [sys.executable, "-m", "autograder", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        cwd=ROOT,
+        cwd=cwd,
         stdin=subprocess.DEVNULL,
+        **popen,
     )

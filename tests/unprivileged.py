@@ -16,6 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import conftest
 from conftest import ROOT
 
 from autograder.launch.sandbox import CLONE_NEWNS, MS_BIND, MS_PRIVATE, MS_REC, mount, unshare
@@ -49,13 +50,4 @@ def become_nobody() -> None:
 def run_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     """`python -m autograder ...` as `nobody` runs it."""
     environment = os.environ | {"HOME": str(cwd / "home"), "USER": "nobody"}
-    return subprocess.run(
-        [sys.executable, "-m", "autograder", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        env=environment,
-        preexec_fn=become_nobody,
-    )
+    return conftest.run_cli(*args, timeout=timeout, cwd=cwd, env=environment, preexec_fn=become_nobody)
