@@ -18,7 +18,7 @@ from .errors import CannotGrade
 from .exercises import EXERCISES, Exercise
 from .judge.checks import SYNC_TOLERANCE, run_checks, training_sampler, weight_spread
 from .judge.hints import hint_for
-from .judge.records import RunRecords, collect, collect_own_launcher
+from .judge.records import OwnLauncherRun, RunRecords, collect, collect_own_launcher
 from .judge.tampering import TAMPERING_HINT, contradictions
 from .judge.verdict import RankSummary, Report
 from .launch import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE, LAUNCHERS, Job, RankStatus, launcher
@@ -94,6 +94,7 @@ def _run(
     launcher_kind: str,
     sandboxed: bool,
     limits: Limits,
+    own_launcher_run: OwnLauncherRun | None,
 ) -> RunRecords:
     resolved, hide_gpus = backends.resolve(backend, world_size)
     workdir, private_dir = run_dir / "work", run_dir / "private"
@@ -122,7 +123,9 @@ def _run(
     saved = [e["path"] for r in run.ranks for e in r.all("torch_save")]
     run.checkpoints = inspect_checkpoints(workdir, run.files_left, saved)
     if run.all_finished and "launcher" in exercise.checks:
-        run.own_launcher, run.own_launcher_ranks = _run_own_launcher(exercise, job, run_dir, result.duration_s)
+        run.own_launcher, run.own_launcher_ranks = own_launcher_run or _run_own_launcher(
+            exercise, job, run_dir, result.duration_s
+        )
     return run
 
 
@@ -148,9 +151,14 @@ def record(
     launcher_kind: str | None = None,
     sandbox: str = "auto",
     limits: Limits = DEFAULT_LIMITS,
+    own_launcher_run: OwnLauncherRun | None = None,
 ) -> tuple[submissions.Submission, RunRecords]:
     """Load, preflight and launch: the submission and the records of its run,
-    not yet judged. Raises CannotGrade when it cannot be graded at all."""
+    not yet judged. Raises CannotGrade when it cannot be graded at all.
+
+    own_launcher_run: the run of the student's own launcher from another
+    grading of the same file. That run is the same at every world size (the
+    student's code chooses its own), so a second grading may reuse it."""
     chosen = _validated(exercise, world_size, backend, timeout_s, launcher_kind)
     sandboxed = _sandboxed(sandbox)
     if not limits.memory_bytes >= 2**20:
@@ -159,7 +167,8 @@ def record(
     run_dir = Path(tempfile.mkdtemp(prefix="ddp-grade-"))
     try:
         kind = launcher_kind or chosen.launcher
-        run = _run(chosen, sub, run_dir, world_size, backend, timeout_s, fork_from_here, kind, sandboxed, limits)
+        settings = (world_size, backend, timeout_s, fork_from_here, kind, sandboxed, limits, own_launcher_run)
+        run = _run(chosen, sub, run_dir, *settings)
         if not sandboxed:
             run.unsandboxed = _UNSANDBOXED.get(sandbox) or why_unavailable() or ""
         return sub, run

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from autograder.notebook.client import _Server
+from autograder.notebook.client import GraderServer
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBMISSION = ROOT / "solutions" / "linear_regression_ddp.py"
@@ -36,7 +36,7 @@ def cli(sandboxed: bool) -> float:
     return time.perf_counter() - started
 
 
-def notebook(server: _Server, folder: Path, sandboxed: bool) -> float:
+def notebook(server: GraderServer, folder: Path, sandboxed: bool) -> float:
     request = {
         "path": str(SUBMISSION),
         "exercise": "linear_regression",
@@ -73,7 +73,7 @@ def main() -> None:
         for sandboxed in (True, False):
             timings[sandboxed].append(cli(sandboxed))
     ratio("cli", timings)
-    server, timings = _Server(), {True: [], False: []}
+    server, timings = GraderServer(), {True: [], False: []}
     try:
         with tempfile.TemporaryDirectory() as folder:
             notebook(server, Path(folder), True)  # the server's first answer waits for torch's import

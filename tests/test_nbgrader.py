@@ -201,6 +201,27 @@ def test_feedback_explains_each_failure_with_the_checks_message(course):
             assert f"Hint: {verdict.hint}" in text
 
 
+def test_the_check_cell_shows_the_report_of_the_grading_outside_the_kernel(course):
+    """The kernel grades nothing under autograde; the feedback's report is the sandboxed grading's."""
+    from autograder.nbgrader_ext.preprocessors import CHECK_CALL
+    from autograder.notebook.client import run
+    from autograder.reports.html import render
+
+    def failed_rows(html: str) -> set[str]:
+        return set(re.findall(r'data-check="(\w+)" data-status="failed"', html))
+
+    for student, assignment in FAILED_CELLS:
+        exercise = by_assignment(assignment)
+        if exercise is None:
+            continue
+        notebook = next((course / "autograded" / student / assignment).glob("*.ipynb"))
+        [cell] = [c for c in nbformat.read(notebook, as_version=4).cells if CHECK_CALL.search(c.source)]
+        [output] = cell.outputs
+        graded_here = render(run(course / "autograded" / student / assignment / exercise.program, exercise.name))
+        assert failed_rows(output.data["text/html"]) == failed_rows(graded_here), (student, assignment)
+        assert failed_rows(graded_here), (student, assignment)  # mallory's patched kernel included
+
+
 def test_feedback_never_shows_hidden_tests(course):
     hidden_region = ClearHiddenTestTracebacks().hidden_lines  # the same reading as the feedback's preprocessor
     hidden = set()

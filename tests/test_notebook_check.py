@@ -66,3 +66,56 @@ def test_importing_the_notebook_helpers_leaves_torch_out_of_the_kernel():
         "print('torch' in sys.modules)"
     )  # showing a report or loading the grade-cell helpers neither
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
+def test_under_autograde_the_kernel_grades_nothing_and_the_grade_cells_fail_closed(solution_copy, monkeypatch):
+    """nbgrader's autograde replaces these outputs with a grading outside the kernel: a grading in
+    the kernel would be thrown away. A course without that step gives no points, never all of them."""
+    from autograder.notebook.grade_cells import CheckFailed, require
+
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    monkeypatch.setattr(notebook.client, "GraderServer", None)  # starting one would raise
+    monkeypatch.setattr(notebook.client, "_server", None)
+    assert isinstance(notebook.check(solution_copy, "linear_regression"), notebook.client.ReportPending)
+    with pytest.raises(CheckFailed, match="lacks the GradeDDPCellsOutOfKernel step"):
+        require(solution_copy, "linear_regression", "process_group")
+
+
+def own_launcher_verdict(server, program, folder, world_size: int, reuse_from=None, save_to=None):
+    from autograder.reports import json_report
+
+    report_path = folder / f"report-{world_size}.json"
+    request = {
+        "path": str(program),
+        "exercise": "linear_regression",
+        "world_size": world_size,
+        "backend": "auto",
+        "timeout_s": 120,
+        "report_path": str(report_path),
+        "sandbox": "auto",
+        "own_launcher_in": str(reuse_from or ""),
+        "own_launcher_out": str(save_to or ""),
+    }
+    server.grade(request, 300)
+    return json_report.from_dict(__import__("json").loads(report_path.read_text())).check("launcher")
+
+
+def test_a_second_world_size_reuses_the_own_launcher_run_of_the_first(solution_copy, tmp_path):
+    """The student's launcher starts the same ranks at every world size: graded twice, it runs once."""
+    import json
+
+    server, saved = notebook.client.GraderServer(), tmp_path / "own_launcher.json"
+    try:
+        assert own_launcher_verdict(server, solution_copy, tmp_path, 2, save_to=saved).status == "passed"
+        run = json.loads(saved.read_text())
+        assert [e["kind"] for e in run["own_launcher"]["events"]].count("spawn_called") == 1
+        # Reused, not run again: a saved run whose launcher asked for no ranks fails the 3-rank grading.
+        for event in run["own_launcher"]["events"]:
+            if event["kind"] == "spawn_called":
+                event["nprocs"], event["gpus"] = 0, 0
+        saved.write_text(json.dumps(run))
+        verdict = own_launcher_verdict(server, solution_copy, tmp_path, 3, reuse_from=saved)
+        assert verdict.status == "failed" and "asked for 0 processes" in verdict.message
+        assert own_launcher_verdict(server, solution_copy, tmp_path, 3).status == "passed"  # none saved: run here
+    finally:
+        server.stop()

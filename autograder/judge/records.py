@@ -147,8 +147,7 @@ class RunRecords:
             "launch": launch,
             "files_left": self.files_left,
             "problem": asdict(self.problem) if self.problem else None,
-            "own_launcher": _own_launcher_dict(self.own_launcher),
-            "own_launcher_ranks": [r.events for r in self.own_launcher_ranks],
+            **own_launcher_dict(self.own_launcher, self.own_launcher_ranks),
             "checkpoints": self.checkpoints,
             "unsandboxed": self.unsandboxed,
         }
@@ -170,13 +169,6 @@ class RunRecords:
             for r in data["ranks"]
         ]
         problem = StudentProblem(**data["problem"]) if data["problem"] else None
-        own = data.get("own_launcher")
-        own_launcher = None
-        if own is not None:
-            outcome = own["outcome"] and RankOutcome(
-                **(own["outcome"] | {"status": RankStatus(own["outcome"]["status"])})
-            )
-            own_launcher = RankRecords(0, _parsed(own["events"]), outcome)
         return cls(
             data["exercise"],
             data["world_size"],
@@ -185,11 +177,7 @@ class RunRecords:
             launch,
             data["files_left"],
             problem,
-            own_launcher,
-            [
-                RankRecords(rank, _parsed(events), None)
-                for rank, events in enumerate(data.get("own_launcher_ranks", []))
-            ],
+            *own_launcher_from_dict(data),
             data.get("checkpoints", {}),
             data.get("unsandboxed", ""),
         )
@@ -199,10 +187,26 @@ def _rebuilt_outcome(data: dict) -> RankOutcome:
     return RankOutcome(**(data | {"status": RankStatus(data["status"])}))
 
 
-def _own_launcher_dict(records: RankRecords | None) -> dict | None:
-    if records is None:
-        return None
-    return {"events": records.events, "outcome": asdict(records.outcome) if records.outcome else None}
+# The student's own launcher's records, and those of the ranks it started.
+OwnLauncherRun = tuple[RankRecords | None, list[RankRecords]]
+
+
+def own_launcher_dict(launcher: RankRecords | None, started: list[RankRecords]) -> dict:
+    """The run of the student's own launcher, as saved (RunRecords.to_dict, and a
+    second world size's grading that reuses it)."""
+    saved = None
+    if launcher is not None:
+        saved = {"events": launcher.events, "outcome": asdict(launcher.outcome) if launcher.outcome else None}
+    return {"own_launcher": saved, "own_launcher_ranks": [r.events for r in started]}
+
+
+def own_launcher_from_dict(data: dict) -> OwnLauncherRun:
+    own, launcher = data.get("own_launcher"), None
+    if own is not None:
+        outcome = own["outcome"] and _rebuilt_outcome(own["outcome"])
+        launcher = RankRecords(0, _parsed(own["events"]), outcome)
+    started = data.get("own_launcher_ranks", [])
+    return launcher, [RankRecords(rank, _parsed(events), None) for rank, events in enumerate(started)]
 
 
 def _parsed(raw_events) -> list[dict]:
@@ -217,7 +221,7 @@ def read_records(rank: int, raw: list, outcome: RankOutcome | None) -> RankRecor
     return RankRecords(rank, _parsed(raw), outcome, sum(map(is_malformed, raw)))
 
 
-def collect_own_launcher(launch: LaunchResult) -> tuple[RankRecords, list[RankRecords]]:
+def collect_own_launcher(launch: LaunchResult) -> OwnLauncherRun:
     """The launcher's records, and those of the ranks it started."""
     events = _parsed(launch.records[0]) if launch.records else []
     launcher_records = RankRecords(0, events, launch.ranks[0] if launch.ranks else None)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -17,6 +15,7 @@ from traitlets import Float, Unicode
 
 from ..exercises import by_assignment
 from ..launch import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE
+from ..notebook.client import GraderServer, GradingFailed
 from ..notebook.grade_cells import failure_lines, heading
 from ..reports import json_report
 
@@ -71,17 +70,22 @@ class ClearHiddenTestTracebacks(NbGraderPreprocessor):
 
 
 class GradeDDPCellsOutOfKernel(NbGraderPreprocessor):
-    """Set every DDP grade cell's outputs from a grading done outside the kernel.
+    """Set every DDP grade cell's outputs, and the check cell's, from a grading done outside the kernel.
 
     Runs in nbgrader's autograde right after Execute. The kernel ran the
     student's notebook, and any cell of the student's could have patched the
     grader there; so this grades the program as the notebook's
     `%%writefile PROGRAM` cell wrote it (taken from the submitted notebook,
-    not from a file the kernel could have changed), with the command-line
-    grader in its sandbox, once per world size the grade cells use, and
-    replaces each grade cell's outputs: none when its check passed, the
-    check's message as an error when it failed. Whatever the kernel printed
-    or patched does not count.
+    not from a file the kernel could have changed), in the sandbox, once per
+    world size the grade cells use, and replaces each grade cell's outputs:
+    none when its check passed, the check's message as an error when it
+    failed. The check cell shows that grading's report. Whatever the kernel
+    printed or patched does not count; under autograde the kernel grades
+    nothing itself (client.graded_outside_the_kernel).
+
+    One warm grader does every world size: torch is imported once, and the
+    student's own launcher, which starts the same ranks whatever the world
+    size, runs once.
     """
 
     timeout = Float(DEFAULT_TIMEOUT_S + 60, help="Seconds one grading may take, the grader's start included").tag(
@@ -94,16 +98,17 @@ class GradeDDPCellsOutOfKernel(NbGraderPreprocessor):
             return nb, resources
         cells = [(cell, self.check_of(cell, exercise)) for cell in nb.cells if utils.is_grade(cell)]
         cells = [(cell, check_id) for cell, check_id in cells if check_id is not None]
-        program = written_program(nb, exercise.program)
-        with tempfile.TemporaryDirectory(prefix="ddp-autograde-") as folder:
-            reports = {}
-            for cell, check_id in cells:
-                lines = None
-                for world_size in self.world_sizes(cell.source):
-                    if world_size not in reports:
-                        reports[world_size] = self.grade(program, exercise, world_size, Path(folder))
-                    lines = lines or self.cell_failure(reports[world_size], check_id, world_size)
-                cell.outputs = [] if lines is None else [error_output(lines)]
+        used = [size for cell, _ in cells for size in self.world_sizes(cell.source)]
+        world_sizes = list(dict.fromkeys([DEFAULT_WORLD_SIZE, *used]))  # the check cell's first
+        reports = self.grade(written_program(nb, exercise.program), exercise, world_sizes)
+        for cell, check_id in cells:
+            lines = None
+            for world_size in self.world_sizes(cell.source):
+                lines = lines or self.cell_failure(reports[world_size], check_id, world_size)
+            cell.outputs = [] if lines is None else [error_output(lines)]
+        for cell in nb.cells:
+            if cell.cell_type == "code" and CHECK_CALL.search(cell.source):
+                cell.outputs = [report_output(reports[DEFAULT_WORLD_SIZE])]
         return nb, resources
 
     @staticmethod
@@ -127,30 +132,70 @@ class GradeDDPCellsOutOfKernel(NbGraderPreprocessor):
         ]
         return list(dict.fromkeys(sizes))
 
-    def grade(self, program: str | None, exercise, world_size: int, folder: Path):
-        """The report of one grading, or the lines to show when there is none."""
+    def grade(self, program: str | None, exercise, world_sizes: list[int]) -> dict:
+        """world size -> its report, or the lines to show when there is none."""
         if program is None:
-            return [
-                f"There is no %%writefile {exercise.program} cell in the notebook, so there is no program to grade."
-            ]
-        path = folder / str(world_size) / exercise.program
-        path.parent.mkdir()
-        path.write_text(program, encoding="utf-8")
-        report_path = path.with_suffix(".json")
-        command = [sys.executable, "-m", "autograder", "check", str(path), "--exercise", exercise.name]
-        command += ["--world-size", str(world_size), "--json", str(report_path), "--quiet"]
+            why = [f"There is no %%writefile {exercise.program} cell in the notebook, so there is no program to grade."]
+            return dict.fromkeys(world_sizes, why)
+        reports = {}
+        with tempfile.TemporaryDirectory(prefix="ddp-autograde-") as folder:
+            path = Path(folder) / "code" / exercise.program
+            path.parent.mkdir()
+            path.write_text(program, encoding="utf-8")
+            own_launcher = Path(folder) / "own_launcher.json"
+            server = GraderServer()
+            try:
+                for world_size in world_sizes:
+                    reports[world_size] = self.grade_one(server, path, exercise, world_size, own_launcher)
+            finally:
+                server.stop()
+        return reports
+
+    def grade_one(self, server: GraderServer, path: Path, exercise, world_size: int, own_launcher: Path):
+        report_path = path.parent.parent / f"report-{world_size}.json"
+        request = {
+            "path": str(path),
+            "exercise": exercise.name,
+            "world_size": world_size,
+            "backend": "auto",
+            "timeout_s": DEFAULT_TIMEOUT_S,
+            "report_path": str(report_path),
+            "sandbox": "required",
+            "own_launcher_in": str(own_launcher),
+            "own_launcher_out": str(own_launcher),
+        }
         started = time.monotonic()
         try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=self.timeout, cwd=path.parent)
-        except subprocess.TimeoutExpired:
+            server.grade(request, self.timeout)
+        except GradingFailed as error:
+            self.log.error("Grading %s with %d ranks failed: %s", exercise.program, world_size, error)
             return [f"The grader did not finish within {self.timeout:g} s; tell your instructor."]
-        seconds = time.monotonic() - started
-        self.log.info("Graded %s with %d ranks, out of the kernel, in %.1f s", path.name, world_size, seconds)
+        self.log.info(
+            "Graded %s with %d ranks, out of the kernel, in %.1f s", path.name, world_size, time.monotonic() - started
+        )
+        error_path = Path(f"{report_path}.error")
+        if error_path.exists():
+            said = error_path.read_text().strip()
+            self.log.error("Grading %s with %d ranks failed: %s", exercise.program, world_size, said[-2000:])
+            return ["The grader could not run your program.", said or "It stopped without a report."]
         if not report_path.exists():
-            said = (done.stderr or done.stdout).strip().splitlines()
-            self.log.error("Grading %s with %d ranks failed: %s", exercise.program, world_size, done.stderr[-2000:])
-            return ["The grader could not run your program.", *(said[-3:] or ["It stopped without a report."])]
+            return ["The grader could not run your program.", "It stopped without a report."]
         return json_report.from_dict(json.loads(report_path.read_text()))
+
+
+# The notebook's check cell: its report, from the grading outside the kernel, is the feedback's.
+CHECK_CALL = re.compile(r"^check\(", re.MULTILINE)
+
+
+def report_output(report):
+    """The check cell's output: the report as the kernel would have shown it, or why there is none."""
+    if isinstance(report, list):
+        return nbformat.v4.new_output("stream", name="stdout", text="\n".join(report) + "\n")
+    from ..reports import html  # lazily: matplotlib
+
+    return nbformat.v4.new_output(
+        "display_data", data={"text/html": html.render(report), "text/plain": f"<report of {report.exercise}>"}
+    )
 
 
 def written_program(nb, program: str) -> str | None:

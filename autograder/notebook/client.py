@@ -27,8 +27,9 @@ class GradingFailed(RuntimeError):
     """The grader itself could not produce a report."""
 
 
-class _Server:
-    """One warm grader per kernel, restarted if it dies or stops answering."""
+class GraderServer:
+    """A warm grader (autograder.notebook.server): one per kernel, restarted if it
+    dies or stops answering; and one per notebook that nbgrader's autograde grades."""
 
     def __init__(self):
         self.process = subprocess.Popen(
@@ -72,14 +73,30 @@ class _Server:
         self.process.wait()
 
 
-_server: _Server | None = None
+_server: GraderServer | None = None
 
 
-def _running_server() -> _Server:
+def _running_server() -> GraderServer:
     global _server
     if _server is None or not _server.alive():
-        _server = _Server()
+        _server = GraderServer()
     return _server
+
+
+def graded_outside_the_kernel() -> bool:
+    """Under nbgrader's autograde, the grade cells' and the check cell's outputs come from
+    a grading outside the kernel (nbgrader_ext.preprocessors.GradeDDPCellsOutOfKernel),
+    which replaces them: a grading in the kernel would be thrown away."""
+    return os.environ.get("NBGRADER_EXECUTION") == "autograde"
+
+
+class ReportPending:
+    """What check() shows while nbgrader autogrades: the report comes from outside the kernel."""
+
+    TEXT = "nbgrader grades this program outside the notebook; the report of that grading replaces this one."
+
+    def __repr__(self) -> str:
+        return self.TEXT
 
 
 def grading_key(path: str | os.PathLike, exercise: str, world_size: int, backend: str, timeout_s: float) -> tuple:
@@ -95,8 +112,10 @@ def run(
     world_size: int = DEFAULT_WORLD_SIZE,
     backend: str = "auto",
     timeout_s: float = DEFAULT_TIMEOUT_S,
-) -> Report:
+) -> Report | ReportPending:
     """Grade outside the kernel; the same file content and settings are graded once per kernel."""
+    if graded_outside_the_kernel():
+        return ReportPending()
     key = grading_key(path, exercise, world_size, backend, timeout_s)
     if key not in _cache:
         _cache[key] = _grade_outside(Path(path).resolve(), exercise, world_size, backend, timeout_s)
@@ -125,4 +144,5 @@ def _grade_outside(path: Path, exercise: str, world_size: int, backend: str, tim
 
 def start() -> None:
     """Start the warm grader now, so the first check does not wait for torch to import."""
-    _running_server()
+    if not graded_outside_the_kernel():
+        _running_server()

@@ -55,10 +55,18 @@ def require(
 ) -> None:
     """Pass silently when the check passed or did not apply (skipped);
     raise CheckFailed with the check's message and hint when it failed."""
-    from .client import GradingFailed, grading_key, run
+    from .client import GradingFailed, graded_outside_the_kernel, grading_key, run
 
     path = Path(path)
     title = heading(check_id, world_size)
+    if graded_outside_the_kernel():  # fails closed: only the out-of-kernel grading can clear this cell
+        raise CheckFailed(
+            [
+                f"{title}: nbgrader grades this cell outside the notebook.",
+                "If your feedback shows this, the course's nbgrader_config.py lacks the GradeDDPCellsOutOfKernel "
+                "step: tell your instructor.",
+            ]
+        )
     if not path.is_file():
         raise CheckFailed(
             [

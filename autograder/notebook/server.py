@@ -12,23 +12,30 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 import torch  # noqa: F401  (the point of the server: imported once, before any fork)
 import torch._dynamo  # noqa: F401
 
 from .._process import die_with_parent
 from ..errors import CannotGrade
-from ..grading import grade
+from ..grading import judge, record
+from ..judge.records import OwnLauncherRun, own_launcher_dict, own_launcher_from_dict
 from ..reports import json_report
 
 
 def _grade_in_child(request: dict) -> int:
-    """Fork, grade, write the report; the exit status is the CLI's."""
+    """Fork, grade, write the report; the exit status is the CLI's.
+
+    own_launcher_out / own_launcher_in (optional): a file to save the run of
+    the student's own launcher in, and one to reuse it from, so that the
+    gradings of one file at two world sizes run it once.
+    """
     pid = os.fork()
     if pid == 0:
         status = 2
         try:
-            report = grade(
+            sub, run = record(
                 request["path"],
                 request["exercise"],
                 request["world_size"],
@@ -36,7 +43,12 @@ def _grade_in_child(request: dict) -> int:
                 request["timeout_s"],
                 fork_from_here=True,
                 sandbox=request.get("sandbox", "auto"),  # a student's check: where the machine allows
+                own_launcher_run=_saved_own_launcher(request.get("own_launcher_in")),
             )
+            if request.get("own_launcher_out") and run.own_launcher is not None:
+                saved = own_launcher_dict(run.own_launcher, run.own_launcher_ranks)
+                Path(request["own_launcher_out"]).write_text(json.dumps(saved))
+            report = judge(sub, run)
             json_report.write(report, request["report_path"])
             status = 0 if report.passed else 1
         except CannotGrade as error:
@@ -49,6 +61,12 @@ def _grade_in_child(request: dict) -> int:
             os._exit(status)
     _, wait_status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(wait_status)
+
+
+def _saved_own_launcher(path: str | None) -> OwnLauncherRun | None:
+    if not path or not Path(path).is_file():
+        return None
+    return own_launcher_from_dict(json.loads(Path(path).read_text()))
 
 
 def serve() -> None:
