@@ -71,24 +71,31 @@ def _student_bundle(args) -> int:
 def _autograde(args) -> int:
     from pathlib import Path
 
-    from .nbgrader_ext.class_grading import ConsoleProgress, autograde, submissions
+    from .nbgrader_ext.class_grading import DEFAULT_GPUS_PER_JOB, ConsoleProgress, autograde, submissions
     from .nbgrader_ext.gradebook import scores_table
 
     console = Console(highlight=False)
     course = Path(args.course)
     progress = ConsoleProgress(console, args.assignment)
     try:
-        run = autograde(
-            course,
-            args.assignment,
-            jobs=args.jobs,
-            students=args.student or None,
-            force=args.force,
-            backend=args.backend,
-            gpus_per_job=args.gpus_per_job,
-            timeout_s=args.timeout,
-            progress=progress,
-        )
+        if args.slurm or args.merge:
+            run, how = _autograde_on_slurm(args, console, progress)
+            if isinstance(run, int):  # nothing to wait for, or stopped waiting: the exit status
+                return run
+        else:
+            gpus_per_job = DEFAULT_GPUS_PER_JOB if args.gpus_per_job is None else args.gpus_per_job
+            run = autograde(
+                course,
+                args.assignment,
+                jobs=args.jobs,
+                students=args.student or None,
+                force=args.force,
+                backend=args.backend,
+                gpus_per_job=gpus_per_job,
+                timeout_s=args.timeout,
+                progress=progress,
+            )
+            how = f"{args.jobs} at a time"
     finally:
         progress.end()
     notes = {o.student: ("FAILED" if o.failed else f"graded, {o.seconds:.0f} s") for o in run.graded}
@@ -96,13 +103,55 @@ def _autograde(args) -> int:
     shown = {s: notes[s] for s in submissions(course, args.assignment) if s in notes}
     console.print(scores_table(course, shown, [args.assignment]))
     for outcome in run.failures:
-        console.print(f"[bold red]{outcome.student}[/]'s grading failed; the end of nbgrader's log:")
+        console.print(f"[bold red]{outcome.student}[/]'s grading failed ({outcome.why}); the end of its log:")
         console.print(outcome.log, style="dim", markup=False)
     console.print(
         f"Graded {len(run.graded)} student{'s' * (len(run.graded) != 1)} in {run.seconds:.0f} s, "
-        f"{args.jobs} at a time; {len(run.unchanged)} unchanged; {len(run.failures)} failed."
+        f"{how}; {len(run.unchanged)} unchanged; {len(run.failures)} failed."
     )
     return EXIT_FAILED if run.failures else EXIT_PASSED
+
+
+def _autograde_on_slurm(args, console: Console, progress):
+    """(the class run, how it ran), or (an exit status, "") when it did not wait for the job's end."""
+    from pathlib import Path
+
+    from .nbgrader_ext import slurm
+    from .nbgrader_ext.class_grading import DEFAULT_GPUS_PER_JOB
+
+    course = Path(args.course)
+    if args.merge:
+        job = slurm.latest_unmerged(course, args.assignment)
+    else:
+        gpus = args.gpus_per_job
+        if gpus is None:  # the login node shows no GPUs of the compute nodes: ask for them by the backend
+            gpus = DEFAULT_GPUS_PER_JOB if args.backend == "nccl" else 0
+        gpus = 0 if args.backend == "gloo" else gpus
+        options = slurm.SlurmOptions(args.partition, gpus, args.cpus_per_job, args.time)
+        job = slurm.submit(course, args.assignment, args.student or None, args.force, options)
+        if job is None:
+            console.print(f"Every submission of {args.assignment} is unchanged since it was graded; nothing to do.")
+            return EXIT_PASSED, ""
+        console.print(
+            f"Submitted Slurm job {job.job_id}: {len(job.students)} array tasks; its script: {job.folder}/grade.sbatch",
+            soft_wrap=True,  # a path or a command to copy stays on one line
+        )
+    if args.no_wait:
+        console.print(
+            f"When it has ended, merge its grades: python -m autograder autograde {args.assignment} --merge",
+            soft_wrap=True,
+        )
+        return EXIT_PASSED, ""
+    try:
+        return slurm.collect(course, job, progress), f"as Slurm job {job.job_id}"
+    except KeyboardInterrupt:
+        progress.end()
+        console.print(
+            f"Stopped waiting. Slurm job {job.job_id} goes on; merge its grades later with "
+            f"`python -m autograder autograde {args.assignment} --merge`, or stop it with `scancel {job.job_id}`.",
+            soft_wrap=True,
+        )
+        return EXIT_CANNOT_GRADE, ""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -181,12 +230,22 @@ def _parser() -> argparse.ArgumentParser:
         help="auto: nccl where each job can have --gpus-per-job GPUs of its own, else gloo (default auto)",
     )
     class_run.add_argument(
-        "--gpus-per-job", type=int, default=3, metavar="K", help="GPUs each student's job gets (default 3)"
+        "--gpus-per-job",
+        type=int,
+        metavar="K",
+        help="GPUs each student's job gets (default 3; with --slurm, 3 for --backend nccl, else 0)",
     )
     class_run.add_argument(
         "--timeout", type=float, default=1800.0, help="seconds one student's grading may take (default 1800)"
     )
     class_run.add_argument("--course", default=".", help="the course directory (default: here)")
+    on_slurm = class_run.add_argument_group("on a Slurm cluster", "one array task per student, then one merge")
+    on_slurm.add_argument("--slurm", action="store_true", help="submit the class as a Slurm job array and wait")
+    on_slurm.add_argument("--partition", metavar="P", help="the partition to run in (default: the cluster's)")
+    on_slurm.add_argument("--cpus-per-job", type=int, default=2, metavar="C", help="cores per student (default 2)")
+    on_slurm.add_argument("--time", default="00:30:00", metavar="T", help="Slurm's time limit per student")
+    on_slurm.add_argument("--no-wait", action="store_true", help="submit and return; merge later with --merge")
+    on_slurm.add_argument("--merge", action="store_true", help="wait for the last --slurm run, then merge it")
     class_run.set_defaults(run=_autograde)
 
     bundle = commands.add_parser(

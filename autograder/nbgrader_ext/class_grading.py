@@ -40,6 +40,7 @@ from .gradebook import merge
 
 STATE_FILE = ".autograde-state.json"
 DEFAULT_STUDENT_TIMEOUT_S = 1800.0
+DEFAULT_GPUS_PER_JOB = 3  # a rank each, at the largest world size the grade cells run
 LOG_TAIL_LINES = 15
 
 
@@ -48,13 +49,18 @@ class Outcome:
     """How one student's grading ended."""
 
     student: str
-    returncode: int | None  # None: killed at the timeout
+    returncode: int | None  # None: killed before nbgrader ended
     seconds: float
     log: str = ""  # the tail of nbgrader's output, when it failed
+    killed_by: str = "timed out"  # when killed: why, in a few words
 
     @property
     def failed(self) -> bool:
         return self.returncode != 0
+
+    @property
+    def why(self) -> str:
+        return self.killed_by if self.returncode is None else f"nbgrader exited with status {self.returncode}"
 
 
 @dataclass
@@ -198,6 +204,21 @@ def _nbgrader_env(gpus: list[str] | None) -> dict[str, str]:
     return env
 
 
+def autograde_command(assignment: str, student: str, db: Path | str) -> list[str]:
+    """nbgrader's own autograde of one student, into the gradebook at `db`."""
+    return [
+        sys.executable,
+        "-m",
+        "nbgrader",
+        "autograde",
+        assignment,
+        "--student",
+        student,
+        "--force",
+        f"--db=sqlite:///{db}",
+    ]
+
+
 def grade_one(
     course: Path,
     assignment: str,
@@ -209,8 +230,7 @@ def grade_one(
 ) -> Outcome:
     """nbgrader's own autograde of one student, into the gradebook at `db`. While it runs,
     its process is in `live`, for a caller that must stop everything at once."""
-    command = [sys.executable, "-m", "nbgrader", "autograde", assignment, "--student", student, "--force"]
-    command.append(f"--db=sqlite:///{db}")
+    command = autograde_command(assignment, student, db)
     started = time.monotonic()
     # A session of its own: at the timeout, nbgrader and all in its session go together (its kernel,
     # in a session of its own, dies with it). The log goes to a file: nothing waits on a pipe's end.
@@ -290,8 +310,7 @@ class ConsoleProgress(Progress):
     def finished(self, outcome: Outcome, running: set[str]) -> None:
         self.bar.update(self.task, advance=1, running=("grading " + ", ".join(sorted(running))) if running else "")
         if outcome.failed:
-            why = "timed out" if outcome.returncode is None else f"nbgrader exited with status {outcome.returncode}"
-            self.console.print(f"[bold red]{outcome.student}[/]: {why} after {outcome.seconds:.0f} s")
+            self.console.print(f"[bold red]{outcome.student}[/]: {outcome.why} after {outcome.seconds:.0f} s")
 
     def end(self) -> None:
         self.bar.stop()
@@ -304,7 +323,7 @@ def autograde(
     students: list[str] | None = None,
     force: bool = False,
     backend: str = "auto",
-    gpus_per_job: int = 3,
+    gpus_per_job: int = DEFAULT_GPUS_PER_JOB,
     timeout_s: float = DEFAULT_STUDENT_TIMEOUT_S,
     progress: Progress = SILENT,
 ) -> ClassRun:
@@ -348,17 +367,28 @@ def autograde(
                         os.killpg(process.pid, signal.SIGKILL)
                 pool.shutdown(cancel_futures=True)
                 raise
-        written = {o.student: private_dir / f"{o.student}.db" for o in run.graded}
-        merge(course / "gradebook.db", written, assignment)
-        state = _State(course)
-        for outcome in run.graded:
-            if not outcome.failed:
-                state.set(assignment, outcome.student, fingerprint(chosen[outcome.student]))
-        state.save()
+        gradebooks = {o.student: private_dir / f"{o.student}.db" for o in run.graded}
+        record_grades(course, assignment, run.graded, gradebooks, {s: fingerprint(f) for s, f in chosen.items()})
     finally:
         shutil.rmtree(private_dir, ignore_errors=True)
     run.seconds = time.monotonic() - started
     return run
+
+
+def record_grades(
+    course: Path, assignment: str, outcomes: list[Outcome], gradebooks: dict[str, Path], fingerprints: dict[str, str]
+) -> None:
+    """Merge what nbgrader wrote into the course's gradebook, in one transaction, and
+    remember the fingerprints of those graded. A grading that failed is merged as
+    nbgrader left it, as a serial run would; one that was killed before nbgrader
+    ended leaves the student's grades as they were."""
+    ended = {o.student: gradebooks[o.student] for o in outcomes if o.returncode is not None}
+    merge(course / "gradebook.db", ended, assignment)
+    state = _State(course)
+    for outcome in outcomes:
+        if not outcome.failed:
+            state.set(assignment, outcome.student, fingerprints[outcome.student])
+    state.save()
 
 
 def _slots(backend: str, per_job: int, jobs: int) -> list[list[str]]:
