@@ -6,7 +6,11 @@ The class is the sample students of linear_regression (ada, brook, cy, eve)
 repeated to --students submissions. Both runs start from the same prepared
 course, copied. The figure is the ratio of the wall times (serial / parallel).
 
-  .venv/bin/python benchmarks/class_autograde.py [--students 24] [--jobs 2] [--profile]
+  .venv/bin/python benchmarks/class_autograde.py [--students 24] [--jobs 2] [--profile] [--baseline REV]
+
+--baseline REV also times serial nbgrader with the grader of git revision REV
+(checked out in a worktree under build/, which the ranks' sandbox can see),
+in the same run: what a class took before the cuts this command made.
 
 --profile grades one submission with nbgrader's log time-stamped and splits
 its time: nbgrader's start, the kernel's run of the notebook, the gradings
@@ -44,9 +48,11 @@ def prepare(folder: Path, students: int) -> Path:
     return course
 
 
-def timed(command: list[str], course: Path) -> tuple[float, str]:
+def timed(command: list[str], course: Path, grader: Path = ROOT) -> tuple[float, str]:
+    """Wall time and output of `command` in `course`, with the autograder package of `grader` first."""
+    env = nbgrader_env() | {"PYTHONPATH": str(grader)}
     started = time.monotonic()
-    done = subprocess.run(command, cwd=course, env=nbgrader_env(), capture_output=True, text=True)
+    done = subprocess.run(command, cwd=course, env=env, capture_output=True, text=True)
     if done.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(command)} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
     return time.monotonic() - started, done.stdout + done.stderr
@@ -79,24 +85,56 @@ def profile(course: Path) -> None:
     print(f"  the rest (saving grades, writing the notebook, exit): {seconds - kernel_done - out_of_kernel:.1f} s")
 
 
+def serial_nbgrader(course: Path, copy: Path, grader: Path = ROOT) -> float:
+    return timed(
+        [sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT], Path(shutil.copytree(course, copy)), grader
+    )[0]
+
+
+def baseline_seconds(course: Path, folder: Path, revision: str) -> float:
+    """Serial nbgrader with the grader as it was at `revision`, its own config and notebooks included."""
+    worktree = ROOT / "build" / f"baseline-{revision}"
+    subprocess.run(["git", "worktree", "add", "--force", "--detach", str(worktree), revision], cwd=ROOT, check=True)
+    try:
+        baseline_course = copy_course(folder / "baseline-course", root=worktree)
+        shutil.copytree(course / "submitted", baseline_course / "submitted")
+        shutil.copy2(course / "gradebook.db", baseline_course / "gradebook.db")
+        subprocess.run(
+            [sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT, "--force"],
+            cwd=baseline_course,
+            env=nbgrader_env() | {"PYTHONPATH": str(worktree)},
+            check=True,
+            capture_output=True,
+        )
+        return serial_nbgrader(baseline_course, folder / "baseline", worktree)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=ROOT, check=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--students", type=int, default=24)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--baseline", metavar="REV", help="also time serial nbgrader with the grader at REV")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ddp-class-bench-") as folder:
         course = prepare(Path(folder), args.students)
         if args.profile:
             profile(Path(shutil.copytree(course, Path(folder) / "profiled")))
-        serial_course = Path(shutil.copytree(course, Path(folder) / "serial"))
-        serial, _ = timed([sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT], serial_course)
+        before = baseline_seconds(course, Path(folder), args.baseline) if args.baseline else None
+        serial = serial_nbgrader(course, Path(folder) / "serial")
         command = [sys.executable, "-m", "autograder", "autograde", ASSIGNMENT, "--jobs", str(args.jobs)]
         parallel, _ = timed(command, course)
-        print(
-            f"{args.students} submissions: serial nbgrader {serial:.0f} s ({serial / args.students:.1f} s each), "
-            f"--jobs {args.jobs} {parallel:.0f} s; ratio {serial / parallel:.2f}"
-        )
+        n = args.students
+        print(f"{n} submissions of {ASSIGNMENT}:")
+        if before is not None:
+            print(f"  serial nbgrader, grader at {args.baseline}: {before:.0f} s ({before / n:.1f} s each)")
+        print(f"  serial nbgrader, this grader: {serial:.0f} s ({serial / n:.1f} s each)")
+        print(f"  python -m autograder autograde --jobs {args.jobs}: {parallel:.0f} s ({parallel / n:.1f} s each)")
+        if before is not None:
+            print(f"  ratio over serial nbgrader at {args.baseline}: {before / parallel:.2f}")
+        print(f"  ratio over serial nbgrader with this grader: {serial / parallel:.2f}")
 
 
 if __name__ == "__main__":

@@ -228,3 +228,28 @@ def test_nccl_without_enough_gpus_is_refused(monkeypatch, tmp_path):
     monkeypatch.setattr(class_grading, "gpu_inventory", lambda: ["0"])
     with pytest.raises(CannotGrade, match="needs 3 GPUs per student, and this machine shows 1"):
         autograde(tmp_path, ASSIGNMENT, backend="nccl")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    len(class_grading.gpu_inventory()) < 2 * class_grading.DEFAULT_GPUS_PER_JOB,
+    reason=f"needs {2 * class_grading.DEFAULT_GPUS_PER_JOB} CUDA GPUs: two students at a time, 3 each",
+)
+def test_on_a_gpu_runner_concurrent_students_never_share_a_gpu(course, monkeypatch):
+    """Real nbgrader on NCCL: two students at a time, each with GPUs no other running job has."""
+    held, shared, real_grade_one = set(), [], class_grading.grade_one
+
+    def watched(course, assignment, student, db, gpus, timeout_s, live):
+        shared.extend(held & set(gpus))
+        held.update(gpus)
+        try:
+            return real_grade_one(course, assignment, student, db, gpus, timeout_s, live)
+        finally:
+            held.difference_update(gpus)
+
+    monkeypatch.setattr(class_grading, "grade_one", watched)
+    run = autograde(course, ASSIGNMENT, jobs=2, backend="nccl", timeout_s=900)
+    assert not run.failures, [o.log for o in run.failures]
+    assert not shared, f"GPUs {sorted(set(shared))} were given to two running students"
+    found = scores(course, STUDENTS, [ASSIGNMENT])
+    assert {s: found[s, ASSIGNMENT][0] for s in STUDENTS} == EXPECTED

@@ -25,7 +25,6 @@ a student with no answers submits the release untouched.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -35,6 +34,7 @@ import time
 from pathlib import Path
 
 from autograder.exercises import ASSIGNMENTS, LEFT_BY_RUNNING
+from autograder.nbgrader_ext.class_grading import nbgrader_env
 from autograder.nbgrader_ext.gradebook import scores, scores_table
 from autograder.wording import points
 
@@ -58,13 +58,6 @@ def copy_course(dest: Path, root: Path = ROOT) -> Path:
     shutil.copy2(root / "nbgrader_config.py", dest / "nbgrader_config.py")
     shutil.copytree(root / "source", dest / "source", ignore=shutil.ignore_patterns(*LEFT_BY_RUNNING))
     return dest
-
-
-def nbgrader_env() -> dict[str, str]:
-    """nbgrader shells out to `alembic`: put this Python's bin folder first on PATH."""
-    env = dict(os.environ)
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    return env
 
 
 def nbgrader(course: Path, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess:

@@ -196,7 +196,8 @@ def plan(course: Path, assignment: str, students: list[str] | None, force: bool)
     return chosen, unchanged
 
 
-def _nbgrader_env(gpus: list[str] | None) -> dict[str, str]:
+def nbgrader_env(gpus: list[str] | None = None) -> dict[str, str]:
+    """This environment for an nbgrader command, with `gpus` shown to it (None: as they are)."""
     env = dict(os.environ)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")  # nbgrader runs `alembic`
     if gpus is not None:
@@ -238,7 +239,7 @@ def grade_one(
         process = subprocess.Popen(
             command,
             cwd=course,
-            env=_nbgrader_env(gpus),
+            env=nbgrader_env(gpus),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
