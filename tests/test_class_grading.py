@@ -142,7 +142,7 @@ def test_a_broken_notebook_fails_alone(course):
     done = run_cli(course, ASSIGNMENT, "--student", "ada", "--student", "brook", "--jobs", "2")
     assert done.returncode == 1
     assert "brook: nbgrader exited with status 1" in done.stdout
-    assert "brook's grading failed; the end of nbgrader's log:" in done.stdout
+    assert "brook's grading failed (nbgrader exited with status 1); the end of its log:" in done.stdout
     assert scores(course, ["ada"], [ASSIGNMENT])["ada", ASSIGNMENT][0] == 18
 
 
