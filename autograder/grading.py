@@ -167,8 +167,19 @@ def record(
     run_dir = Path(tempfile.mkdtemp(prefix="ddp-grade-"))
     try:
         kind = launcher_kind or chosen.launcher
-        settings = (world_size, backend, timeout_s, fork_from_here, kind, sandboxed, limits, own_launcher_run)
-        run = _run(chosen, sub, run_dir, *settings)
+        run = _run(
+            chosen,
+            sub,
+            run_dir,
+            world_size,
+            backend,
+            timeout_s,
+            fork_from_here,
+            kind,
+            sandboxed,
+            limits,
+            own_launcher_run,
+        )
         if not sandboxed:
             run.unsandboxed = _UNSANDBOXED.get(sandbox) or why_unavailable() or ""
         return sub, run

@@ -262,8 +262,12 @@ def grade_one(
     if code is None:
         output += f"\nKilled: the grading took longer than {timeout_s:g} s."
     seconds = time.monotonic() - started
-    tail = "\n".join(output.strip().splitlines()[-LOG_TAIL_LINES:]) if code != 0 else ""
-    return Outcome(student, code, seconds, tail)
+    return Outcome(student, code, seconds, log_tail(output) if code != 0 else "")
+
+
+def log_tail(log: str) -> str:
+    """The last lines of a grading's log: what a failure report shows."""
+    return "\n".join(log.strip().splitlines()[-LOG_TAIL_LINES:])
 
 
 class Progress:

@@ -34,13 +34,13 @@ from pathlib import Path
 
 from ..errors import CannotGrade
 from .class_grading import (
-    LOG_TAIL_LINES,
     SILENT,
     ClassRun,
     Outcome,
     Progress,
     autograde_command,
     fingerprint,
+    log_tail,
     plan,
     record_grades,
 )
@@ -95,14 +95,12 @@ class SlurmRun:
         except (OSError, ValueError):
             if not left_queue:
                 return None
-            return Outcome(student, None, 0.0, _tail(log), killed_by="killed by Slurm (cancelled, or past --time)")
+            return Outcome(student, None, 0.0, log_tail(log), killed_by="killed by Slurm (cancelled, or past --time)")
         if int(code) > 128:  # nbgrader died of a signal: Slurm's, at --time or scancel
-            return Outcome(student, None, float(seconds), _tail(log), killed_by=f"killed by signal {int(code) - 128}")
-        return Outcome(student, int(code), float(seconds), _tail(log) if int(code) else "")
-
-
-def _tail(log: str) -> str:
-    return "\n".join(log.strip().splitlines()[-LOG_TAIL_LINES:])
+            return Outcome(
+                student, None, float(seconds), log_tail(log), killed_by=f"killed by signal {int(code) - 128}"
+            )
+        return Outcome(student, int(code), float(seconds), log_tail(log) if int(code) else "")
 
 
 def batch_script(course: Path, run: SlurmRun, options: SlurmOptions) -> str:
