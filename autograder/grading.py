@@ -28,7 +28,7 @@ from .launch.sandbox import DEFAULT_LIMITS, Limits, why_unavailable
 from .wording import RANK_STATUS_WORDS, exit_phrase
 
 MAX_WORLD_SIZE = 16
-OWN_LAUNCHER_GRACE_S = 30.0  # beyond twice the graded run's time, for the student's own launcher
+OWN_LAUNCHER_GRACE_S = 30.0  # the student's own launcher gets at least twice the graded run's time plus this
 PARTITION_EPOCHS = 6  # epochs drawn in the partition map
 
 
@@ -131,12 +131,16 @@ def _run(
 
 def _run_own_launcher(exercise: Exercise, job: Job, run_dir: Path, graded_run_s: float):
     """The student's `if __name__ == "__main__":` block, in a working folder of
-    its own, so what it writes cannot count as the graded ranks' files. It
-    repeats the graded run's work, so it gets about that run's time again."""
+    its own, so what it writes cannot count as the graded ranks' files.
+
+    It repeats the graded run's work from cold interpreters (the launcher and
+    each rank import torch afresh), which on a loaded machine takes several
+    times the warm graded run. So it gets what is left of the timeout, and at
+    least twice the graded run plus a grace."""
     workdir = run_dir / "own_launcher_work"
     workdir.mkdir()
     exercise.prepare(workdir)
-    deadline = min(job.timeout_s, 2 * graded_run_s + OWN_LAUNCHER_GRACE_S)
+    deadline = min(job.timeout_s, max(job.timeout_s - graded_run_s, 2 * graded_run_s + OWN_LAUNCHER_GRACE_S))
     own_job = replace(job, workdir=workdir, timeout_s=deadline)
     return collect_own_launcher(launch_own(own_job, run_dir / "own_launcher"))
 

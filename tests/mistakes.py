@@ -645,6 +645,18 @@ CATALOGUE = [
         ),
     ),
     entry(
+        "robustness/launcher_never_ends",
+        LR,
+        "A correct DDP main whose launcher waits forever once mp.spawn returns.\n\n"
+        "Only the launcher check fails, and the grading still ends within its timeout.",
+        (
+            "    mp.spawn(main, args=(world_size,), nprocs=world_size)\n",
+            "    mp.spawn(main, args=(world_size,), nprocs=world_size)\n"
+            "    threading.Event().wait()  # the program never ends\n",
+        ),
+        ("import os\n", "import os\nimport threading\n"),
+    ),
+    entry(
         "robustness/prints_megabytes",
         LR,
         "A correct DDP program that prints about 20 MB on every rank.",
