@@ -18,26 +18,41 @@ from .exercises import EXERCISES
 from .launch import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE, LAUNCHERS
 from .launch.backend import BACKENDS
 from .launch.sandbox import Limits
+from .nbgrader_ext.exports import FORMATS as EXPORT_FORMATS
 
 EXIT_PASSED, EXIT_FAILED, EXIT_CANNOT_GRADE = 0, 1, 2
 
 
 def _check(args) -> int:
-    from .grading import grade
+    import time
+
+    from .grading import grade_at
+    from .launch import HIDDEN_WORLD_SIZE
     from .reports import json_report, text
 
-    # This process computes nothing with torch before the ranks start, so they may fork from it.
-    report = grade(
+    started = time.monotonic()
+    world_sizes = [args.world_size, DEFAULT_WORLD_SIZE, HIDDEN_WORLD_SIZE] if args.gradescope else [args.world_size]
+    reports = grade_at(
         args.submission,
         args.exercise,
-        args.world_size,
-        args.backend,
-        args.timeout,
-        fork_from_here=True,
+        world_sizes,
+        backend=args.backend,
+        timeout_s=args.timeout,
+        # This process computes nothing with torch before its one grading starts, so those ranks may fork from it.
+        fork_from_here=len(set(world_sizes)) == 1,
         launcher_kind=args.launcher,
         sandbox="off" if args.unsafe_no_sandbox else "required",
         limits=Limits(memory_bytes=int(args.memory_limit * 2**30)),
     )
+    report = reports[args.world_size]
+    if args.gradescope:
+        from pathlib import Path
+
+        from .reports import gradescope
+
+        notes = [f"Graded `{Path(args.submission).name}`."]
+        results = gradescope.results(EXERCISES[args.exercise], reports, notes, time.monotonic() - started)
+        gradescope.write(results, args.gradescope)
     if args.json:
         json_report.write(report, args.json)
     if args.html:
@@ -49,15 +64,24 @@ def _check(args) -> int:
     return EXIT_PASSED if report.passed else EXIT_FAILED
 
 
+def _course_checkout(console: Console, failure: str):
+    """The course checkout this grader runs from; None, with the reason printed, outside one."""
+    from .launch.contain import course_root
+
+    course = course_root()
+    if course is None:
+        console.print(f"[bold red]{failure}:[/] run it from the course's own checkout (with nbgrader_config.py).")
+    return course
+
+
 def _student_bundle(args) -> int:
     from pathlib import Path
 
     from .bundle import build
-    from .launch.contain import course_root
 
-    course, console = course_root(), Console(stderr=True, highlight=False)
+    console = Console(stderr=True, highlight=False)
+    course = _course_checkout(console, "No bundle")
     if course is None:
-        console.print("[bold red]No bundle:[/] run it from the course's own checkout (with nbgrader_config.py).")
         return EXIT_CANNOT_GRADE
     try:
         members = build(course, Path(args.output))
@@ -65,6 +89,63 @@ def _student_bundle(args) -> int:
         console.print(f"[bold red]No bundle:[/] {error}")
         return EXIT_CANNOT_GRADE
     print(f"Wrote {args.output}: {len(members)} files, the released assignments and the grader.")
+    return EXIT_PASSED
+
+
+def _gradescope_bundle(args) -> int:
+    from pathlib import Path
+
+    from .gradescope.bundle import build
+
+    console = Console(stderr=True, highlight=False)
+    course = _course_checkout(console, "No autograder zip")
+    if course is None:
+        return EXIT_CANNOT_GRADE
+    try:
+        members = build(course, EXERCISES[args.exercise], Path(args.output))
+    except OSError as error:
+        console.print(f"[bold red]No autograder zip:[/] cannot write {args.output}: {error.strerror or error}.")
+        return EXIT_CANNOT_GRADE
+    print(
+        f"Wrote {args.output}: {len(members)} files (setup.sh, run_autograder and the grader) for {args.exercise}. "
+        "Upload it as the assignment's autograder on Gradescope."
+    )
+    return EXIT_PASSED
+
+
+def _export(args) -> int:
+    from pathlib import Path
+
+    from .nbgrader_ext.exports import CourseError, export
+
+    console = Console(stderr=True, highlight=False)
+    try:
+        students, unsubmitted = export(Path(args.course), args.assignment, args.format, Path(args.output))
+    except CourseError as error:
+        console.print(f"[bold red]Nothing exported:[/] {error}")
+        return EXIT_CANNOT_GRADE
+    for assignment in unsubmitted:
+        console.print(f"[yellow]Nobody has a graded submission of {assignment}:[/] its cells are all empty.")
+    print(f"Wrote {args.output}: {students} student rows, {args.format} format.")
+    return EXIT_PASSED
+
+
+def _class_report(args) -> int:
+    from pathlib import Path
+
+    from .nbgrader_ext import class_report
+    from .nbgrader_ext.exports import CourseError
+
+    try:
+        report = class_report.build(Path(args.course), args.assignment)
+        if args.html:
+            class_report.write(report, Path(args.html))
+    except CourseError as error:
+        Console(stderr=True, highlight=False).print(f"[bold red]No class report:[/] {error}")
+        return EXIT_CANNOT_GRADE
+    class_report.render(report, Console(highlight=False))
+    if args.html:
+        print(f"Wrote {args.html}.")
     return EXIT_PASSED
 
 
@@ -207,6 +288,11 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--html", metavar="FILE", help="also write the report as a standalone HTML page")
     check.add_argument("--show-output", action="store_true", help="show every rank's output, not only failing ranks'")
     check.add_argument("--quiet", action="store_true", help="print nothing; use the exit status and --json")
+    check.add_argument(
+        "--gradescope",
+        metavar="FILE",
+        help="also write Gradescope's results.json, as the Gradescope autograder would (this grades at 2 and 3 ranks)",
+    )
     check.set_defaults(run=_check)
 
     class_run = commands.add_parser(
@@ -248,12 +334,45 @@ def _parser() -> argparse.ArgumentParser:
     on_slurm.add_argument("--merge", action="store_true", help="wait for the last --slurm run, then merge it")
     class_run.set_defaults(run=_autograde)
 
+    exports = commands.add_parser(
+        "export",
+        help="the gradebook as a CSV file: totals, Canvas's import format, or a column per check",
+        description="Run in the course directory. A student with no submission gets an empty cell, not 0.",
+    )
+    exports.add_argument("assignment", help="an assignment's name, or all")
+    exports.add_argument(
+        "--format",
+        default="csv",
+        choices=EXPORT_FORMATS,
+        help="csv: a total per assignment; canvas: Canvas's gradebook import; per-check: a column per grade cell",
+    )
+    exports.add_argument("-o", "--output", required=True, metavar="FILE", help="the CSV file to write")
+    exports.add_argument("--course", default=".", help="the course directory (default: here)")
+    exports.set_defaults(run=_export)
+
+    report = commands.add_parser(
+        "class-report",
+        help="what the class got wrong: scores, each check's pass rate, common failures, crashed runs",
+    )
+    report.add_argument("assignment", help="the assignment's name, as in the gradebook")
+    report.add_argument("--html", metavar="FILE", help="also write the report as a standalone page")
+    report.add_argument("--course", default=".", help="the course directory (default: here)")
+    report.set_defaults(run=_class_report)
+
     bundle = commands.add_parser(
         "student-bundle",
         help="write the students' package: the released assignments and the grader, no answers",
     )
     bundle.add_argument("-o", "--output", default="ddp-course-student.zip", help="the zip file to write")
     bundle.set_defaults(run=_student_bundle)
+
+    on_gradescope = commands.add_parser(
+        "gradescope",
+        help="write the zip for Gradescope's Upload Autograder: setup.sh, run_autograder and the grader",
+    )
+    on_gradescope.add_argument("exercise", choices=sorted(EXERCISES), help="the exercise it grades")
+    on_gradescope.add_argument("-o", "--output", default="autograder.zip", help="the zip file to write")
+    on_gradescope.set_defaults(run=_gradescope_bundle)
 
     return parser
 

@@ -28,7 +28,7 @@ Hand in the notebook through your course's hub (its Assignments tab) when you ar
 """
 
 
-def _files(folder: Path):
+def files_under(folder: Path):
     for path in sorted(folder.rglob("*")):
         if path.is_file() and not any(part in LEFT_OUT for part in path.parts) and path.suffix != ".pyc":
             yield path
@@ -41,10 +41,10 @@ def build(course: Path, output: Path) -> list[str]:
         raise FileNotFoundError(f"{release} holds no released notebook: run nbgrader generate_assignment first.")
     members = []
     with zipfile.ZipFile(output, "w", zipfile.ZIP_DEFLATED) as bundle:
-        for path in _files(release):
+        for path in files_under(release):
             members.append(f"{TOP}/{path.relative_to(release)}")
             bundle.write(path, members[-1])
-        for path in _files(PACKAGE_DIR):
+        for path in files_under(PACKAGE_DIR):
             members.append(f"{TOP}/autograder/{path.relative_to(PACKAGE_DIR)}")
             bundle.write(path, members[-1])
         members += [f"{TOP}/pyproject.toml", f"{TOP}/README.md"]

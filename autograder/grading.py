@@ -209,6 +209,19 @@ def grade(path: str | os.PathLike, exercise: str, *args, **kwargs) -> Report:
     return judge(*record(path, exercise, *args, **kwargs))
 
 
+def grade_at(path: str | os.PathLike, exercise: str, world_sizes, **kwargs) -> dict[int, Report]:
+    """Grade one submission at each world size, with grade()'s other
+    arguments. The student's own launcher runs once, in the first grading
+    that gets that far, and its run is reused by the others."""
+    reports, own_launcher_run = {}, None
+    for world_size in dict.fromkeys(world_sizes):
+        sub, run = record(path, exercise, world_size, own_launcher_run=own_launcher_run, **kwargs)
+        if run.own_launcher is not None:
+            own_launcher_run = (run.own_launcher, run.own_launcher_ranks)
+        reports[world_size] = judge(sub, run)
+    return reports
+
+
 # --- turning records into the report ------------------------------------------
 
 

@@ -16,6 +16,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
 ROBUSTNESS = ROOT / "tests" / "robustness"
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's: .ci/run installs it
+# The flags this machine's closed network needs (refused background connections otherwise).
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def robustness_case(case: str, folder: Path) -> Path:

@@ -21,28 +21,17 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import ROOT
+from conftest import CHROMIUM, CHROMIUM_FLAGS, ROOT
 
 from autograder.judge.checks import CHECKS
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
 RELEASE = ROOT / "release" / "linear_regression"
 SOURCE_NOTEBOOK = ROOT / "source" / "linear_regression" / "linear_regression.ipynb"
 ARTIFACTS = ROOT / "artifacts" / "browser"
 SOLUTION_CELL = "linear_regression_program"
 CHECK_CELL = "check_program"
-# The flags this machine's closed network needs (refused background connections otherwise).
-CHROMIUM_FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SAMPLER_LINES = (
     "        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True)\n",
     "        loader = DataLoader(dataset, batch_size=BATCH_SIZE, sampler=sampler)\n",

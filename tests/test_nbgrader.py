@@ -20,15 +20,19 @@ import html
 import re
 import shutil
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import CHROMIUM, CHROMIUM_FLAGS, run_cli
 from nbgrader.api import Gradebook
 
 from autograder.exercises import ASSIGNMENTS, EXERCISES, by_assignment
 from autograder.judge.checks import by_id
+from autograder.nbgrader_ext import class_report
 from autograder.nbgrader_ext.preprocessors import ClearHiddenTestTracebacks
+from autograder.wording import points
 from tools.demo import copy_course, nbgrader, submit
 
 pytestmark = pytest.mark.nbgrader
@@ -247,6 +251,152 @@ def test_export_has_every_grade(course):
     for student, assignments in SUBMISSIONS.items():
         for assignment in assignments:
             assert rows[student, assignment] == expected_score(student, assignment)
+
+
+# --- the gradebook, for LMSs and TAs: python -m autograder export / class-report ---
+
+
+def exported(course: Path, tmp_path: Path, assignment: str, form: str) -> list[list[str]]:
+    output = tmp_path / f"{assignment}-{form}.csv"
+    result = run_cli("export", assignment, "--format", form, "-o", str(output), "--course", str(course))
+    assert result.returncode == 0, result.stderr
+    with open(output, newline="") as handle:
+        return list(csv.reader(handle))
+
+
+def shown_score(student: str, assignment: str) -> str:
+    """What an export holds for the student: empty where nothing was submitted, never 0."""
+    return points(expected_score(student, assignment)) if assignment in SUBMISSIONS[student] else ""
+
+
+def test_export_csv_gives_a_total_per_assignment_and_an_empty_cell_where_nothing_was_submitted(course, tmp_path):
+    rows = exported(course, tmp_path, "all", "csv")
+    assignments = sorted(ASSIGNMENTS)
+    assert rows[0] == ["Student ID", "Last name", "First name", "Email"] + [
+        f"{a} (of {points(TOTAL[a])})" for a in assignments
+    ]
+    assert rows[1:] == [
+        [student, student.title(), "", "", *(shown_score(student, a) for a in assignments)]
+        for student in sorted(SUBMISSIONS)
+    ]
+    assert rows[1 + sorted(SUBMISSIONS).index("dana")][4:] == ["", shown_score("dana", "linear_regression"), ""]
+
+
+def test_export_canvas_has_canvas_s_import_columns_and_points_possible_row(course, tmp_path):
+    rows = exported(course, tmp_path, "linear_regression", "canvas")
+    assert rows[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "linear_regression"]
+    assert rows[1] == ["Points Possible", "", "", "", "", points(TOTAL["linear_regression"])]
+    assert rows[2:] == [
+        [student.title(), "", "", student, "", shown_score(student, "linear_regression")]
+        for student in sorted(SUBMISSIONS)
+    ]
+
+
+def test_export_per_check_has_a_column_per_grade_cell_in_the_checks_order(course, tmp_path):
+    rows = exported(course, tmp_path, "linear_regression", "per-check")
+    exercise = EXERCISES["linear_regression"]
+    assert rows[0][4:] == [
+        f"linear_regression: {by_id(c).title} (of {points(points_of(c))})" for c in exercise.graded_checks
+    ]
+    for row in rows[1:]:
+        student = row[0]
+        failed = FAILED_CELLS.get((student, "linear_regression"), {})
+        if "linear_regression" not in SUBMISSIONS[student]:
+            expected = [""] * len(exercise.graded_checks)
+        else:
+            expected = [
+                "0" if student == "blank" or exercise.grade_id(c) in failed else points(points_of(c))
+                for c in exercise.graded_checks
+            ]
+        assert row[4:] == expected, student
+
+
+def test_class_report_counts_each_check_and_names_the_students_behind_each_failure(course, tmp_path):
+    page = tmp_path / "report.html"
+    result = run_cli("class-report", "linear_regression", "--html", str(page), "--course", str(course))
+    assert result.returncode == 0, result.stderr
+    report = class_report.build(course, "linear_regression")
+    exercise = EXERCISES["linear_regression"]
+    submitted = [s for s, assignments in SUBMISSIONS.items() if "linear_regression" in assignments]
+    assert report.scores == {s: expected_score(s, "linear_regression") for s in submitted}
+    expected_rates = {
+        by_id(c).title: sum(
+            s != "blank" and exercise.grade_id(c) not in FAILED_CELLS.get((s, "linear_regression"), {})
+            for s in submitted
+        )
+        for c in exercise.graded_checks
+    }
+    assert {r.title: r.passed for r in report.pass_rates} == expected_rates
+    assert all(r.graded == len(submitted) for r in report.pass_rates)
+    by_check = defaultdict(set)
+    for failure in report.failures:
+        by_check[failure.title].update(failure.students)
+    assert {"brook"} <= by_check[by_id("set_epoch").title]
+    assert {"dana"} <= by_check[by_id("distributed_sampler").title]
+    sampler = next(f for f in report.failures if f.title == by_id("distributed_sampler").title)
+    assert sampler.check == f"{sampler.title} (2 and 3 ranks)"  # one row for the message seen at both sizes
+    assert "perfect" not in {s for students in by_check.values() for s in students}
+    # eve's run crashes at its checkpoint, at both world sizes; perfect's runs end on their own.
+    assert [how.split(":")[0] for how in report.stopped["eve"]] == ["2 ranks", "3 ranks"]
+    assert "perfect" not in report.stopped
+    assert report.summary in result.stdout and "Each check's pass rate" in result.stdout
+    assert len({(f.title, f.message) for f in report.failures}) == len(report.failures)
+    assert "eve" in page.read_text()
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
+def test_the_class_report_page_renders_its_charts_in_a_browser(course, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    page_path = tmp_path / "report.html"
+    class_report.write(class_report.build(course, "linear_regression"), page_path)
+    artifacts = ROOT / "artifacts" / "class_report"
+    artifacts.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1100, "height": 900})
+            page.goto(page_path.as_uri())
+            widths = page.eval_on_selector_all("img", "images => images.map(i => i.complete ? i.naturalWidth : 0)")
+            headings = page.eval_on_selector_all("h2", "hs => hs.map(h => h.textContent)")
+            page.screenshot(path=str(artifacts / "linear_regression.png"), full_page=True)
+        finally:
+            browser.close()
+    assert len(widths) == 2 and all(width > 300 for width in widths)
+    assert headings == ["Scores", "Each check's pass rate", "The most common failures", "Runs that crashed or hung"]
+    assert (artifacts / "linear_regression.png").stat().st_size > 20_000
+
+
+def test_exports_and_the_class_report_refuse_bad_input_with_a_message(course, tmp_path):
+    def refused(*args: str) -> str:
+        result = run_cli(*args)
+        assert result.returncode == 2, result.stdout + result.stderr
+        return result.stderr
+
+    output = tmp_path / "out.csv"
+    assert "There is no assignment 'nope'" in refused("export", "nope", "-o", str(output), "--course", str(course))
+    assert "There is no assignment 'nope'" in refused("class-report", "nope", "--course", str(course))
+    assert "no gradebook.db" in refused("export", "all", "-o", str(output), "--course", str(tmp_path))
+    assert "no gradebook.db" in refused("class-report", "linear_regression", "--course", str(tmp_path))
+    assert "Cannot write" in refused("export", "all", "-o", str(tmp_path), "--course", str(course))
+    assert "Cannot write" in refused(
+        "class-report", "linear_regression", "--html", str(tmp_path), "--course", str(course)
+    )
+    assert not output.exists()
+
+
+def test_an_assignment_nobody_submitted_exports_empty_cells_and_has_no_class_report(tmp_path):
+    course = copy_course(tmp_path / "course")
+    nbgrader(course, "db", "student", "add", "ada", "--last-name=Lovelace", "--first-name=Ada")
+    nbgrader(course, "db", "assignment", "add", "linear_regression")
+    output = tmp_path / "grades.csv"
+    result = run_cli("export", "linear_regression", "--format", "canvas", "-o", str(output), "--course", str(course))
+    assert result.returncode == 0 and "Nobody has a graded submission of linear_regression" in result.stderr
+    with open(output, newline="") as handle:
+        assert list(csv.reader(handle))[2] == ["Lovelace, Ada", "", "", "ada", "", ""]
+    refused = run_cli("class-report", "linear_regression", "--course", str(course))
+    assert refused.returncode == 2 and "nothing to report" in refused.stderr
 
 
 def test_autograde_time(course):

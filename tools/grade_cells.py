@@ -25,6 +25,7 @@ import nbformat
 
 from autograder.exercises import EXERCISES, Exercise
 from autograder.judge.checks import by_id
+from autograder.launch import HIDDEN_WORLD_SIZE
 from autograder.wording import plural, points
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,7 +40,7 @@ def grade_cell_source(exercise: Exercise, check_id: str) -> str:
         "from autograder.notebook.grade_cells import require\n"
         f"{call})\n"
         "### BEGIN HIDDEN TESTS\n"
-        f"{call}, world_size=3)\n"
+        f"{call}, world_size={HIDDEN_WORLD_SIZE})\n"
         "### END HIDDEN TESTS"
     )
 

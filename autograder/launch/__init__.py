@@ -21,6 +21,7 @@ from typing import ClassVar
 from .sandbox import DEFAULT_LIMITS, Evidence, Limits
 
 DEFAULT_WORLD_SIZE = 2
+HIDDEN_WORLD_SIZE = 3  # the hidden tests' run: a world size the student did not see graded
 DEFAULT_TIMEOUT_S = 120.0
 MAX_OWN_LAUNCHER_RANKS = 8  # the most ranks a student's own launcher may start while graded
 

@@ -109,6 +109,7 @@ class GradeDDPCellsOutOfKernel(NbGraderPreprocessor):
         for cell in nb.cells:
             if cell.cell_type == "code" and CHECK_CALL.search(cell.source):
                 cell.outputs = [report_output(reports[DEFAULT_WORLD_SIZE])]
+        nb.metadata[RUNS_METADATA] = {str(size): run_summary(report) for size, report in reports.items()}
         return nb, resources
 
     @staticmethod
@@ -185,6 +186,21 @@ class GradeDDPCellsOutOfKernel(NbGraderPreprocessor):
 
 # The notebook's check cell: its report, from the grading outside the kernel, is the feedback's.
 CHECK_CALL = re.compile(r"^check\(", re.MULTILINE)
+# Where the autograded notebook keeps how each of its runs went, for the class report.
+RUNS_METADATA = "ddp_grader_runs"
+
+
+def run_summary(report) -> dict:
+    """How one run went: its error, whether it hung, and each failed check's
+    message (the checks it never reached apart, as the run's error explains them)."""
+    if isinstance(report, list):  # no report at all
+        return {"error": " ".join(report), "hung": False, "failed": {}, "not_reached": []}
+    return {
+        "error": report.error,
+        "hung": any(rank.status == "hung" for rank in report.ranks),
+        "failed": {v.id: v.message for v in report.checks if not v.passed and v.reached},
+        "not_reached": [v.id for v in report.not_reached],
+    }
 
 
 def report_output(report):

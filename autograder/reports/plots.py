@@ -59,7 +59,7 @@ def data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
-def _png(figure: Figure) -> bytes:
+def png(figure: Figure) -> bytes:
     FigureCanvasAgg(figure)
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=DPI, facecolor="white", metadata={"Software": None})
@@ -278,7 +278,7 @@ def _partition_png(stats: PartitionStats) -> bytes:
         columnspacing=1.0,
         borderaxespad=0.2,
     )
-    return _png(figure)
+    return png(figure)
 
 
 # --- losses -------------------------------------------------------------------
@@ -357,7 +357,7 @@ def loss_picture(losses: list[dict] | None) -> Picture:
             bbox={"facecolor": "white", "edgecolor": OVERLAP_COLOUR, "pad": 2},
         )
     figure.tight_layout(pad=0.4)
-    return Picture("losses", title, _png(figure), findings, note)
+    return Picture("losses", title, png(figure), findings, note)
 
 
 # --- weight spread ---------------------------------------------------------------
@@ -427,7 +427,7 @@ def spread_picture(weight_spread: list | None, tolerance: float, world_size: int
     axes.tick_params(labelsize=7)
     axes.grid(True, alpha=0.3)
     figure.tight_layout(pad=0.4)
-    return Picture("weight_spread", title, _png(figure), findings)
+    return Picture("weight_spread", title, png(figure), findings)
 
 
 # --- all three ---------------------------------------------------------------------
