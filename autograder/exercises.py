@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .datasets import provide_mnist
-from .judge.checks import CHECKS, by_id
+from .judge.checks import CHECKS, TORCHRUN_CHANGE, by_id
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,14 @@ def _mnist(workdir: Path) -> None:
     provide_mnist(workdir / "data")
 
 
-ALL_CHECKS = tuple(c.id for c in CHECKS)
+# The checks of a program whose ranks main(rank, world_size) runs, and of one that torchrun starts.
+SPAWNED_CHECKS = tuple(c.id for c in CHECKS if c.change != TORCHRUN_CHANGE)
+TORCHRUN_CHECKS = (
+    *(c.id for c in CHECKS if c.change == TORCHRUN_CHANGE),
+    "weights_in_sync",
+    "rank0_logs",
+    "cleanup",
+)
 
 EXERCISES = {
     e.name: e
@@ -62,9 +69,19 @@ EXERCISES = {
             "solutions/linear_regression_ddp.py",
             _nothing,
             "mp",
-            ALL_CHECKS,
+            SPAWNED_CHECKS,
         ),
-        Exercise("mnist", "mnist_ddp", "mnist_ddp.py", "mnist", "solutions/mnist_ddp.py", _mnist, "mp", ALL_CHECKS),
+        Exercise("mnist", "mnist_ddp", "mnist_ddp.py", "mnist", "solutions/mnist_ddp.py", _mnist, "mp", SPAWNED_CHECKS),
+        Exercise(
+            "fault_tolerance",
+            "fault_tolerance",
+            "fault_tolerance.py",
+            "ft",
+            "solutions/fault_tolerance.py",
+            _nothing,
+            "torchrun",
+            TORCHRUN_CHECKS,
+        ),
     )
 }
 
@@ -72,14 +89,17 @@ EXERCISES = {
 ASSIGNMENTS = ("ddp_intro", *(e.assignment for e in EXERCISES.values()))
 
 # What running the source notebooks in place leaves beside them: never released, never copied.
-# The ddp_intro lesson writes allreduce_demo.py; the exercises write their programs.
+# The ddp_intro lesson writes allreduce_demo.py, the fault_tolerance lesson show_env.py and
+# a snapshot's temporary file; the exercises write their programs.
 LEFT_BY_RUNNING = (
     ".ipynb_checkpoints",
     "__pycache__",
     "*.pyc",
     "data",
     "*.pt",
+    "*.tmp",
     "allreduce_demo.py",
+    "show_env.py",
     *(e.program for e in EXERCISES.values()),
 )
 

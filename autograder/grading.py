@@ -18,7 +18,7 @@ from .errors import CannotGrade
 from .exercises import EXERCISES, Exercise
 from .judge.checks import SYNC_TOLERANCE, run_checks, training_sampler, weight_spread
 from .judge.hints import hint_for
-from .judge.records import OwnLauncherRun, RunRecords, collect, collect_own_launcher
+from .judge.records import OwnLauncherRun, RunRecords, collect, collect_own_launcher, collect_torchrun
 from .judge.tampering import TAMPERING_HINT, contradictions
 from .judge.verdict import RankSummary, Report
 from .launch import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE, LAUNCHERS, Job, RankStatus, launcher
@@ -122,6 +122,8 @@ def _run(
     run = collect(exercise.name, world_size, resolved, result, sorted(_files(workdir) - provided))
     saved = [e["path"] for r in run.ranks for e in r.all("torch_save")]
     run.checkpoints = inspect_checkpoints(workdir, run.files_left, saved)
+    if result.attempts:
+        run.torchrun = collect_torchrun(result)
     if run.all_finished and "launcher" in exercise.checks:
         run.own_launcher, run.own_launcher_ranks = own_launcher_run or _run_own_launcher(
             exercise, job, run_dir, result.duration_s

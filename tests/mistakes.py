@@ -18,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LR = Path("solutions/linear_regression_ddp.py")
 MNIST = Path("solutions/mnist_ddp.py")
+FT = Path("solutions/fault_tolerance.py")
 SERIAL = Path("source/linear_regression/simple_linear_regression_serial.py")
 
 Edit = tuple[str, str]
@@ -63,7 +64,7 @@ def _out_of_try(reference: Path) -> Edit:
     return text[start : end + len(FINALLY)], textwrap.indent(textwrap.dedent(text[start + len(TRY) : end]), "    ")
 
 
-DOCSTRING = {reference: _docstring(reference) for reference in (LR, MNIST, SERIAL)}
+DOCSTRING = {reference: _docstring(reference) for reference in (LR, MNIST, FT, SERIAL)}
 
 # Lines of solutions/linear_regression_ddp.py that several entries edit.
 TRY = "    try:\n"
@@ -78,6 +79,9 @@ DDP_COMMENT = "        # (3) DDP keeps the copies of the model equal by averagin
 DDP_WRAP = '        model = DDP(model, device_ids=[rank] if device.type == "cuda" else None)\n'
 SET_EPOCH = "            sampler.set_epoch(epoch)  # a new shuffle every epoch\n"
 SAVE = "                save_checkpoint(model, optimizer, epoch, loss)\n"
+# Lines of solutions/fault_tolerance.py.
+FT_GUARD = "            if rank == 0:  # global rank 0: one writer, however many nodes\n"
+FT_SAVE_CALL = "                save_snapshot(ddp_model, optimizer, epoch + 1)\n"
 LOG_EVERY_5 = (
     "            if rank == 0 and (epoch + 1) % SAVE_EVERY == 0:\n"
     '                print(f"epoch {epoch + 1:3d}  loss {loss:.4f}")\n'
@@ -655,6 +659,62 @@ CATALOGUE = [
             "    threading.Event().wait()  # the program never ends\n",
         ),
         ("import os\n", "import os\nimport threading\n"),
+    ),
+    # The torchrun program (fault_tolerance): its snapshot and its resume.
+    entry(
+        "fault_tolerance/examples_pattern",
+        FT,
+        "Three slips of a well-known torchrun example, in one program: the snapshot\n"
+        "holds the epoch that has just finished (so a resumed job repeats it), no\n"
+        "optimizer state, and the save is guarded by LOCAL_RANK, so with two nodes\n"
+        "there are two writers.",
+        (FT_SAVE_CALL, FT_SAVE_CALL.replace("epoch + 1", "epoch")),
+        ('        "optimizer": optimizer.state_dict(),\n', ""),
+        ('    optimizer.load_state_dict(snapshot["optimizer"])\n', ""),
+        (FT_GUARD, "            if local_rank == 0:\n"),
+    ),
+    entry(
+        "fault_tolerance/no_resume",
+        FT,
+        "Mistake: the program writes snapshots but never loads one, so after a\nrestart it trains from the start.",
+        ("        first_epoch = load_snapshot(model, optimizer)\n", "        first_epoch = 0\n"),
+    ),
+    entry(
+        "fault_tolerance/all_ranks_save",
+        FT,
+        "Mistake: every rank writes the snapshot, straight to the file.",
+        (FT_GUARD + FT_SAVE_CALL, FT_SAVE_CALL.replace("    ", "", 1) + "            if rank == 0:\n"),
+        (
+            '    temporary = SNAPSHOT_PATH + ".tmp"\n    torch.save(snapshot, temporary)\n'
+            "    os.replace(temporary, SNAPSHOT_PATH)\n",
+            "    torch.save(snapshot, SNAPSHOT_PATH)\n",
+        ),
+    ),
+    entry(
+        "fault_tolerance/spawn_inside_torchrun",
+        FT,
+        "Mistake: the program starts its ranks with mp.spawn, though torchrun has\n"
+        "already started one process per rank.",
+        (
+            'if __name__ == "__main__":\n    main()\n',
+            "def run(_rank):\n    main()\n\n\n"
+            'if __name__ == "__main__":\n    import torch.multiprocessing as mp\n\n    mp.spawn(run, nprocs=2)\n',
+        ),
+    ),
+    entry(
+        "fault_tolerance/snapshot_without_epoch",
+        FT,
+        "Mistake: the snapshot holds the model and the optimizer but not the epoch,\n"
+        "so a resumed job starts its epochs from 0 again.",
+        ('        "next_epoch": next_epoch,\n', ""),
+        ('    return snapshot["next_epoch"]\n', "    return 0\n"),
+    ),
+    entry(
+        "fault_tolerance/crash_after_restart",
+        FT,
+        "Mistake: loading the snapshot reads a key that was never saved, so the job\n"
+        "crashes on the restart (the first attempt, with no snapshot yet, runs well).",
+        ('model.load_state_dict(snapshot["model"])', 'model.load_state_dict(snapshot["model_state"])'),
     ),
     entry(
         "robustness/prints_megabytes",

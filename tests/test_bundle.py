@@ -11,6 +11,8 @@ from pathlib import Path
 
 import nbformat
 
+from autograder.exercises import ASSIGNMENTS
+
 ROOT = Path(__file__).resolve().parents[1]
 REGION = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END \1", re.S)
 SHORT = 20  # shorter lines ("return loss", "import os") are anyone's
@@ -69,7 +71,7 @@ def test_the_bundle_holds_the_release_and_the_grader_and_no_answer(tmp_path):
         text = "\n".join(readable(name, archive.read(name)) for name in names)
     lines = "\n".join(line.strip() for line in text.splitlines())
     top = {name.split("/")[1] for name in names}
-    assert top == {"ddp_intro", "linear_regression", "mnist_ddp", "autograder", "pyproject.toml", "README.md"}
+    assert top == {*ASSIGNMENTS, "autograder", "pyproject.toml", "README.md"}
     assert "ddp-course-student/autograder/grading.py" in names
     assert "ddp-course-student/linear_regression/linear_regression.ipynb" in names
     passages, hidden = secret_passages(), regions()[1]

@@ -19,9 +19,8 @@ from conftest import ROOT, failed_ids
 
 from autograder import grade
 from autograder.exercises import EXERCISES
-from autograder.judge.checks import CHECKS
 
-LR, MNIST = "linear_regression", "mnist"
+LR, MNIST, FT = "linear_regression", "mnist", "fault_tolerance"
 REFERENCES = {name: ROOT / exercise.solution for name, exercise in EXERCISES.items()}
 
 CPU_RUN = frozenset({"gpu_device"})  # cannot apply on a CPU run: 0 of 0 points, even after a crash
@@ -67,8 +66,18 @@ def stopped_early(*judged: str, **first_failure: str | Says) -> dict[str, str | 
     """A run that stopped early: the checks named in `judged` had their
     evidence before the stop and passed; `first_failure` names the cause; every
     other check fails as not reached (never on a machine where it cannot apply)."""
-    not_reached = {c.id: NOT_REACHED for c in CHECKS if c.id not in CPU_RUN and c.id not in judged}
+    not_reached = {c: NOT_REACHED for c in EXERCISES[LR].checks if c not in CPU_RUN and c not in judged}
     return not_reached | first_failure
+
+
+def torchrun_stopped(**first_failure: str | Says) -> dict[str, str | Says]:
+    """A torchrun program whose run without a fault stopped: its other jobs never ran."""
+    return {c: NOT_REACHED for c in EXERCISES[FT].checks} | first_failure
+
+
+def after_the_restart(error: str) -> dict[str, Says]:
+    """The faulted run crashed once restarted: each check that needs the resumed run names the error."""
+    return {c: Says(error, hint="kill -9") for c in ("resumed", "resume_epoch", "optimizer_restored", "same_result")}
 
 
 # A crash at the first checkpoint: everything before it was recorded, and is judged.
@@ -295,6 +304,50 @@ TABLE = [
         # The forged stream claims a process group, and no packet passed between the ranks.
         problem=Says("but 0 packets passed between them", hint="The grader compares"),
         **stopped_early(),
+    ),
+    # torchrun: snapshots and resuming after a fault (one run without a fault, one with, one on two nodes).
+    case(FT, "reference", 2, skipped=()),
+    case(FT, "reference", 3, skipped=()),
+    case(
+        FT,
+        "examples_pattern",
+        skipped=(),
+        snapshot_rank0=Says("In the two-node run, the worker of global rank 1 (local rank 0 on node 1)", "LOCAL_RANK"),
+        snapshot_contents=Says("does not hold the optimizer's state", hint="'optimizer': optimizer.state_dict()"),
+        resume_epoch=Says("1 epoch that had finished before the fault ran again", hint="epoch + 1"),
+        optimizer_restored=Says("holds no optimizer state", hint="optimizer.load_state_dict"),
+        same_result=Says("ended with other weights than the run without one", hint="Resume exactly"),
+    ),
+    case(
+        FT,
+        "no_resume",
+        skipped=(),
+        resumed=Says("rank 0 did not load the snapshot", hint="if the snapshot file exists, load it"),
+        resume_epoch=Says("2 epochs that had finished before the fault ran again", hint="epoch + 1"),
+        optimizer_restored=Says("loaded no snapshot", hint="Load the snapshot at start-up"),
+    ),
+    case(
+        FT,
+        "all_ranks_save",
+        skipped=(),
+        snapshot_rank0=Says("In the run without a fault, rank 1 also saved snapshot.pt", hint="global rank 0 only"),
+    ),
+    case(
+        FT,
+        "snapshot_without_epoch",
+        skipped=(),
+        snapshot_contents=Says("does not hold the epoch to resume from", hint="'next_epoch': epoch + 1"),
+        resumed=Says("then trained all 4 epochs again", hint="range(start_epoch, EPOCHS)"),
+        resume_epoch=Says("2 epochs that had finished before the fault ran again", hint="epoch + 1"),
+        same_result=Says("ended with other weights than the run without one", hint="Resume exactly"),
+    ),
+    case(FT, "crash_after_restart", skipped=(), **after_the_restart("KeyError: 'model_state'")),
+    case(
+        FT,
+        "spawn_inside_torchrun",
+        skipped=(),
+        problem=Says("torchrun has already started one process per rank", hint="call main() directly"),
+        **torchrun_stopped(torchrun_env=Says("called mp.spawn", hint="no mp.spawn")),
     ),
 ]
 

@@ -22,7 +22,9 @@ from autograder.launch import RankStatus
 from autograder.submission import Submission
 from tools.record_fixtures import FIXTURES, fixture_name, fixture_path, load, source_sha256
 
-RECORDED = [pytest.param(row, id=row.id) for row in TABLE]
+# A torchrun program's grading is three jobs of restarted workers, which fixtures do not
+# hold: test_checks.py grades those rows for real.
+RECORDED = [pytest.param(row, id=row.id) for row in TABLE if EXERCISES[row.exercise].launcher == "mp"]
 REFERENCE = "linear_regression__linear_regression_ddp@2"
 RERECORD = "run `python -m tools.record_fixtures"
 # The checks that need every rank to have finished: on a run that stopped early they fail as not reached.

@@ -95,7 +95,10 @@ def test_release_gives_away_nothing(assignment):
             assert marker not in text, f"{path.name} contains {marker!r}"
 
 
-@pytest.mark.parametrize("assignment", sorted(EXERCISE_OF))
+SPAWNED = sorted(a for a, e in EXERCISE_OF.items() if e.launcher == "mp")
+
+
+@pytest.mark.parametrize("assignment", SPAWNED)
 def test_release_stub_keeps_the_serial_code_and_stubs_each_change(assignment):
     exercise = EXERCISE_OF[assignment]
     notebook = nbformat.read(RELEASE / assignment / f"{assignment}.ipynb", as_version=4)
@@ -112,6 +115,18 @@ def test_release_stub_keeps_the_serial_code_and_stubs_each_change(assignment):
     ):
         assert kept in cell.source
     assert "mp.spawn(main" not in cell.source  # the student writes the launcher
+
+
+def test_torchrun_release_gives_the_ddp_program_and_stubs_each_fault_tolerance_step():
+    notebook = nbformat.read(RELEASE / "fault_tolerance" / "fault_tolerance.ipynb", as_version=4)
+    [cell] = [c for c in notebook.cells if c.source.startswith("%%writefile fault_tolerance.py")]
+    assert cell.metadata.nbgrader["solution"] and not cell.metadata.nbgrader["locked"]
+    # Who am I, save, load, one writer, and the start: one stub each; the DDP program stays.
+    assert cell.source.count("raise NotImplementedError()") == 5
+    for kept in ("dist.init_process_group(", "DistributedSampler(dataset", "DDP(model", "dist.destroy_process_group()"):
+        assert kept in cell.source
+    for answer in ("os.replace(", "optimizer.load_state_dict(", "epoch + 1", 'os.environ["RANK"]', "mp.spawn"):
+        assert answer not in cell.source
 
 
 @pytest.mark.parametrize("assignment", sorted(EXERCISE_OF))

@@ -160,6 +160,23 @@ EVENTS: dict[str, dict[str, Shape]] = {
     "spawn_refused": {"nprocs": anything()},
     "spawn_joined": {"error": text()},  # the ranks it started: "" when all finished
     "launcher_done": {"failed": flag(True), "error": text()},
+    # torchrun's workers (rank/torchrun_worker.py, probes/snapshot.py, probes/spawn_guard.py)
+    "torchrun_worker": {"attempt": integer(), "node": integer(), "local_rank": integer(), "world_size": integer()},
+    "fault_injected": {"passes": integer()},
+    "spawn_in_worker": {"function": text()},
+    # A snapshot as it was on disk right after torch.save: content hashes of its
+    # model and optimizer states (None: not in it), its epoch, and why its model
+    # state does not load into the plain model with strict=True ("" when it does).
+    "snapshot_saved": {
+        "path": optional(text()),
+        "passes_finished": integer(),
+        "epoch": optional(integer()),
+        "load_problem": text("not read"),
+        "model_state": optional(text()),
+        "optimizer_state": optional(text()),
+    },
+    "snapshot_loaded": {"model_state": optional(text()), "optimizer_state": optional(text())},
+    "optimizer_at_start": {"state": optional(text())},
     # the rank itself (rank/runner.py, probes/state.py)
     "error": {
         "type": text(),

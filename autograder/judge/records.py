@@ -60,6 +60,28 @@ class RankRecords:
 
 
 @dataclass
+class TorchrunJobRecords:
+    """One torchrun job of a grading: its workers' records, attempt by attempt
+    (a restart is a new attempt), and its agents, one per node."""
+
+    name: str
+    attempts: list[list[RankRecords]]  # per attempt, per global rank
+    agents: list[RankOutcome]
+
+    @property
+    def last(self) -> list[RankRecords]:
+        return self.attempts[-1]
+
+    @property
+    def workers(self) -> list[RankRecords]:
+        return [worker for attempt in self.attempts for worker in attempt]
+
+    @property
+    def finished(self) -> bool:
+        return all(w.finished for w in self.last) and all(a.exit_code == 0 for a in self.agents)
+
+
+@dataclass
 class RunRecords:
     exercise: str
     world_size: int
@@ -76,6 +98,8 @@ class RunRecords:
     # What the grader found in each checkpoint the ranks left (disk.py): real path -> {"problem", "error"}.
     checkpoints: dict[str, dict] = field(default_factory=dict)
     unsandboxed: str = ""  # why the ranks ran without the sandbox; "" when they ran in it
+    # A torchrun program's jobs (launch/torchrun.py), by name; `ranks` are the reference job's workers.
+    torchrun: dict[str, TorchrunJobRecords] = field(default_factory=dict)
 
     @property
     def all_finished(self) -> bool:
@@ -238,3 +262,19 @@ def collect(exercise: str, world_size: int, backend: str, launch: LaunchResult, 
         for rank in range(world_size)
     ]
     return RunRecords(exercise, world_size, backend, ranks, launch, files_left)
+
+
+def collect_torchrun(launch: LaunchResult) -> dict[str, TorchrunJobRecords]:
+    """The reference job (the launch itself) and the grading's other torchrun jobs."""
+    jobs = {"reference": launch, **launch.jobs}
+    return {
+        name: TorchrunJobRecords(
+            name,
+            [
+                [read_records(rank, raw, outcomes[rank]) for rank, raw in enumerate(streams)]
+                for streams, outcomes in zip(result.attempts, result.attempt_outcomes, strict=True)
+            ],
+            result.agents,
+        )
+        for name, result in jobs.items()
+    }

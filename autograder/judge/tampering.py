@@ -66,7 +66,8 @@ def contradictions(run: RunRecords) -> list[str]:
     launch = run.launch
     if launch is None:
         return []
-    found = [f"{intrusion} (on the records channel)" for intrusion in launch.intrusions]
+    intrusions = [*launch.intrusions, *(i for job in launch.jobs.values() for i in job.intrusions)]
+    found = [f"{intrusion} (on the records channel)" for intrusion in intrusions]
     if launch.evidence.sandboxed:
         found += _never_joined(run) + _unseen_checkpoints(run) + _no_traffic(run)
     return found

@@ -59,6 +59,12 @@ class LaunchResult:
     started_records: list[list] = field(default_factory=list)  # per rank a student's own launcher started
     evidence: Evidence = field(default_factory=Evidence)
     intrusions: list[str] = field(default_factory=list)  # record streams the channel kept out
+    # A torchrun job (torchrun.py): `records` and `ranks` are its workers' last
+    # attempt; these hold every attempt, the agents, and the grading's other jobs.
+    attempts: list[list[list]] = field(default_factory=list)  # per attempt, per rank: the raw events
+    attempt_outcomes: list[list[RankOutcome]] = field(default_factory=list)
+    agents: list[RankOutcome] = field(default_factory=list)  # one per node
+    jobs: dict[str, LaunchResult] = field(default_factory=dict)  # name -> the other torchrun jobs of the grading
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,7 @@ class Launcher(ABC):
 LAUNCHERS = {
     "mp": "autograder.launch.local:MultiprocessingLauncher",
     "process": "autograder.launch.process:ProcessLauncher",
+    "torchrun": "autograder.launch.torchrun:TorchrunLauncher",
 }
 
 

@@ -39,6 +39,12 @@ def kept_paths() -> list[Path]:
     return sorted({Path(p).resolve() for p in prefixes} | {PACKAGE_DIR})
 
 
+def slot_of(role: str) -> int:
+    """The sandbox slot of a record stream's process, from its role: a rank the
+    student's launcher started is slot 0's; a torchrun worker, "worker<attempt>@<node>", is its node's."""
+    return int(role.rpartition("@")[2]) if "@" in role else 0
+
+
 class Containment:
     def __init__(self, job, private_dir: Path):
         code_dir = Path(job.module_path).parent
@@ -58,7 +64,7 @@ class Containment:
             self.sandbox = Sandbox(self.layout, job.world_size, job.limits, hidden_paths(), kept_paths())
             if not self.sandbox.user_namespace:  # else every rank is the grader's user outside
                 base = self.sandbox.uid_base
-                uid_of = lambda role, rank: base + (rank if role == "rank" else 0)  # noqa: E731
+                uid_of = lambda role, rank: base + (rank if role == "rank" else slot_of(role))  # noqa: E731
         self.channel = RecordChannel(self.layout.channel_dir, uid_of)
 
     @property

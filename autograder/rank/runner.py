@@ -127,7 +127,7 @@ def _student_frames(error: BaseException, module_path: str) -> list[dict]:
     ]
 
 
-def _record_error(state: RankState, error: BaseException, spec: RankSpec) -> None:
+def record_error(state: RankState, error: BaseException, spec: RankSpec) -> None:
     state.record(
         "error",
         type=type(error).__name__,
@@ -185,10 +185,10 @@ def run_rank(rank: int, spec: RankSpec) -> None:
     except SystemExit as error:
         if error.code not in (None, 0):
             failed = True
-            _record_error(state, error, spec)
+            record_error(state, error, spec)
     except BaseException as error:
         failed = True
-        _record_error(state, error, spec)
+        record_error(state, error, spec)
     finally:
         probes.finish(state)
         state.record("rank_done", failed=failed)

@@ -65,3 +65,33 @@ class RankSpec:
             inherited_fds=tuple(inherited_fds),
             sandbox=containment.sandbox_view,
         )
+
+
+@dataclass(frozen=True)
+class TorchrunPlan:
+    """One torchrun job of a grading: its agents (one per node, each a
+    sandbox slot of `spec`) and what their workers need to know."""
+
+    spec: RankSpec  # world_size: the number of nodes (agents)
+    nodes: int
+    workers_per_node: int
+    max_restarts: int
+    rendezvous_port: int
+    output_dir: str  # the workers' output pipes, one per attempt and rank (worker_output)
+    fault_rank: int | None = None  # the worker killed on the first attempt, if any
+    fault_after_passes: int = 0  # ... at its first optimizer step after this many passes over the data
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.workers_per_node
+
+    def worker_output(self, attempt: int, rank: int) -> str:
+        return str(Path(self.output_dir) / f"out-a{attempt}-r{rank}")
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> TorchrunPlan:
+        data = json.loads(text)
+        return cls(**(data | {"spec": RankSpec.from_json(json.dumps(data["spec"]))}))

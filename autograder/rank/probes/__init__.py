@@ -5,10 +5,10 @@ student's call still happens, and writes a fact to the rank's record file.
 Probes never decide anything; the checks do that from the records.
 """
 
-from . import checkpoint, ddp, files, gradients, inputs, process_group, sampler, spawn_guard, training
+from . import checkpoint, ddp, files, gradients, inputs, process_group, sampler, snapshot, spawn_guard, training
 from .state import RankState
 
-PROBES = (process_group, sampler, inputs, ddp, gradients, training, checkpoint, files, spawn_guard)
+PROBES = (process_group, sampler, inputs, ddp, gradients, training, checkpoint, snapshot, files, spawn_guard)
 
 
 def install(state: RankState) -> None:

@@ -80,7 +80,7 @@ def install(state: RankState) -> None:
     torch.save = torch.serialization.save = save
 
 
-def _plain_model_for(state: RankState, model_state):
+def plain_model_for(state: RankState, model_state):
     entry = state.extras["state_dict_producers"].get(id(model_state))
     module = entry[1] if entry is not None and entry[0] is model_state else ddp.last_wrapped_module(state)
     if isinstance(module, DistributedDataParallel):
@@ -97,7 +97,7 @@ def _load_back(state: RankState) -> dict:
             "ok": False,
             "problem": "whole_module" if isinstance(obj, nn.Module) else "no_model_state",
         }
-    model = _plain_model_for(state, saved_state)
+    model = plain_model_for(state, saved_state)
     if model is None:
         return {"path": target, "ok": False, "problem": "no_model"}
     if target and os.path.exists(target):  # judge the file as it is on disk

@@ -2,13 +2,16 @@
 
 The grader owns the rendezvous: whatever MASTER_ADDR/MASTER_PORT the student
 sets, the group is built on a FileStore private to this grading run, so many
-gradings can share one machine. Arguments that cannot work under this run
+gradings can share one machine. Under torchrun the group is built as the
+student asks: torchrun's agent owns the rendezvous, and every attempt of a
+restarted job gets a fresh one. Arguments that cannot work under this run
 (a wrong world size, nccl without GPUs) are refused at once with a message,
 instead of hanging until a timeout.
 """
 
 import datetime
 import inspect
+import os
 
 import torch
 import torch.distributed as dist
@@ -24,17 +27,31 @@ def _backend_names(backend) -> set[str]:
     return {part.split(":")[-1].strip().lower() for part in str(backend).split(",")}
 
 
+_WHERE_FROM = {
+    "mp": (
+        "Pass on the world_size that main(rank, world_size) receives instead of a fixed number.",
+        "Pass on the rank that main(rank, world_size) receives.",
+    ),
+    "torchrun": (
+        "Leave world_size out (torchrun's environment gives it), or pass int(os.environ['WORLD_SIZE']).",
+        "Leave rank out (torchrun's environment gives it), or pass int(os.environ['RANK']): the global rank, "
+        "not LOCAL_RANK.",
+    ),
+}
+
+
 def _refuse_impossible(state: RankState, backend, world_size: int, rank: int) -> None:
+    world_size_hint, rank_hint = _WHERE_FROM[state.launcher]
     if world_size not in (-1, None) and world_size != state.world_size:
         raise StudentError(
             f"init_process_group was called with world_size={world_size}, but the grader started "
             f"{state.world_size} ranks.",
-            "Pass on the world_size that main(rank, world_size) receives instead of a fixed number.",
+            world_size_hint,
         )
     if rank not in (-1, None) and rank != state.rank:
         raise StudentError(
             f"init_process_group was called with rank={rank} in the process of rank {state.rank}.",
-            "Pass on the rank that main(rank, world_size) receives.",
+            rank_hint,
         )
     if "nccl" in _backend_names(backend) and state.backend != "nccl":
         raise StudentError(
@@ -42,6 +59,27 @@ def _refuse_impossible(state: RankState, backend, world_size: int, rank: int) ->
             "(it runs on the CPU with gloo).",
             "Pick the backend from the hardware: 'nccl' if torch.cuda.is_available() else 'gloo'.",
         )
+
+
+def _attempt_store(asked: dict):
+    """Under torchrun, env:// as torchrun gives it, with a key prefix per attempt.
+
+    torch 2.14's agent keeps one store for all its restarts, and env:// adds
+    no prefix of its own: a restarted worker could read a peer's address from
+    the attempt before and fail with "Connection refused". None when the
+    student chose another rendezvous, which is used as is."""
+    if asked["store"] is not None or asked["init_method"] not in (None, "env://"):
+        return None
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    agent_store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        int(os.environ["WORLD_SIZE"]),
+        is_master=False,
+        timeout=asked["timeout"] or datetime.timedelta(minutes=30),
+    )
+    return dist.PrefixStore(f"/worker/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", agent_store)
 
 
 def install(state: RankState) -> None:
@@ -64,17 +102,24 @@ def install(state: RankState) -> None:
         except StudentError as refusal:
             state.record("init_refused", reason=refusal.message, hint=refusal.hint)
             raise
-        store = dist.FileStore(state.store_path, state.world_size)
-        original_init(
-            backend=asked["backend"],
-            store=store,
-            rank=state.rank,
-            world_size=state.world_size,
-            timeout=asked["timeout"] or datetime.timedelta(minutes=30),
-            group_name=asked["group_name"],
-            pg_options=asked["pg_options"],
-            device_id=asked["device_id"],
+        store = (
+            _attempt_store(asked)
+            if state.launcher == "torchrun"
+            else dist.FileStore(state.store_path, state.world_size)
         )
+        if store is None:  # the student's own rendezvous, under torchrun
+            original_init(*args, **kwargs)
+        else:
+            original_init(
+                backend=asked["backend"],
+                store=store,
+                rank=state.rank,
+                world_size=state.world_size,
+                timeout=asked["timeout"] or datetime.timedelta(minutes=30),
+                group_name=asked["group_name"],
+                pg_options=asked["pg_options"],
+                device_id=asked["device_id"],
+            )
         state.record("process_group_ready", backend=dist.get_backend())
 
     original_destroy = state.extras["destroy_process_group"] = dist.destroy_process_group

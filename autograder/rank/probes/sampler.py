@@ -104,6 +104,7 @@ def _recording_iter(state: RankState, original_iter, kind: str, describe):
                 consumed.append(int(index))
                 yield index
             finished = True
+            state.extras["passes_finished"] = state.extras.get("passes_finished", 0) + 1
         finally:
             state.record(kind, indices=consumed, finished=finished, **facts)
 

@@ -4,6 +4,7 @@ The grader imports the submission in every rank and calls main itself. A
 spawn that runs at import time (outside `if __name__ == "__main__":`) would
 start ranks inside ranks. In a script that is a mistake worth a clear error;
 in a notebook, a cell that launches the job is normal, so it is skipped.
+Under torchrun, starting ranks is torchrun's job, so a spawn is always refused.
 """
 
 import torch.multiprocessing as mp
@@ -15,6 +16,13 @@ def install(state: RankState) -> None:
     def guard(original):
         @wraps(original)
         def refuse(*args, **kwargs):
+            if state.launcher == "torchrun":
+                state.record("spawn_in_worker", function=original.__name__)
+                raise StudentError(
+                    f"Your program calls mp.{original.__name__}, but torchrun has already started one process per "
+                    "rank: each of them would start more processes of its own.",
+                    "Under torchrun, call main() directly: torchrun's --nproc-per-node does what mp.spawn did.",
+                )
             if state.is_notebook:
                 return None
             raise StudentError(

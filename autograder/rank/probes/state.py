@@ -46,7 +46,8 @@ class RankState:
     workdir: str
     channel_path: str  # the launcher's records socket; "" records nothing
     is_notebook: bool
-    role: str = "rank"  # "rank", or "started" for a rank the student's own launcher started
+    role: str = "rank"  # "rank", "started" (by the student's own launcher), or "worker<attempt>@<node>" (torchrun's)
+    launcher: str = "mp"  # who started the rank: "mp" (the grader calls main) or "torchrun" (the file runs as a script)
     steps: int = 0
     # Filled in by the probes as the run goes on.
     extras: dict = field(default_factory=dict)

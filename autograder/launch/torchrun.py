@@ -1,0 +1,190 @@
+"""The torchrun launcher: workers started by torchrun's own agent
+(torch.distributed.run), as `torchrun --nproc-per-node N FILE` starts them.
+
+Grading a torchrun program takes three jobs, all within the one deadline:
+- reference: one node, no fault. Its workers are the graded ranks (weights,
+  logs, clean-up), and its final weights are what the faulted job must reach;
+- faulted: one node, --max-restarts 1, and one worker killed with SIGKILL
+  partway through the first attempt: the agent restarts every worker and the
+  program must resume;
+- two_node: two agents (--nnodes 2, a c10d rendezvous on the loopback), one
+  worker each, so a worker's global rank and its local rank differ.
+Each job works in a folder of its own, copied from the grading's before
+anything runs, so no job finds another's snapshot. The agent of each node is
+one sandbox slot; its workers are in it with it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ..rank.spec import RankSpec, TorchrunPlan
+from . import Job, Launcher, LaunchResult, RankOutcome, RankStatus
+from .capture import CappedOutput
+from .contain import Containment
+from .supervise import start_command, start_error, stop_all, supervise
+
+FAULT_AFTER_PASSES = 2  # the fault comes in the third epoch, once two snapshots could be written
+
+
+@dataclass(frozen=True)
+class TorchrunJob:
+    name: str
+    nodes: int
+    max_restarts: int = 0
+    fault: bool = False
+
+
+JOBS = (TorchrunJob("reference", 1), TorchrunJob("faulted", 1, 1, True), TorchrunJob("two_node", 2))
+
+
+def _free_port() -> int:
+    """A port for node 0's rendezvous. In the sandbox the run has a network of
+    its own, where any port is free; without it, one the machine is not using."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _worker_output(path: str) -> CappedOutput:
+    capture = CappedOutput(path)
+    os.chmod(path, 0o666)  # the workers run as the sandbox's users
+    return capture
+
+
+def _worker_outcome(rank: int, events: list, capture: CappedOutput, hung: bool) -> RankOutcome:
+    done = next((e for e in events if isinstance(e, dict) and e.get("kind") == "rank_done"), None)
+    if any(isinstance(e, dict) and e.get("kind") == "fault_injected" for e in events):
+        status, code = RankStatus.STOPPED, -signal.SIGKILL
+    elif done is not None:
+        failed = done.get("failed") is not False
+        status, code = (RankStatus.FAILED, 1) if failed else (RankStatus.FINISHED, 0)
+    else:  # the agent stopped it when another worker failed, or it was still running at the deadline
+        status, code = (RankStatus.HUNG if hung else RankStatus.STOPPED), None
+    return RankOutcome(
+        rank,
+        code,
+        status,
+        capture.text(),
+        capture.total_bytes,
+        exited_at=done.get("time") if done else None,
+        lines=capture.tally.summary(),
+    )
+
+
+def _workers(agents: LaunchResult, containment: Containment, plan: TorchrunPlan, outputs: dict) -> LaunchResult:
+    """The agents' run, seen as its workers: every attempt's records and outcomes."""
+    channel = containment.channel
+
+    def streams(attempt: int) -> list[list]:
+        # The rendezvous numbers the nodes in the order they join: any slot's worker may be any rank.
+        return [
+            next((events for n in range(plan.nodes) if (events := channel.events(f"worker{attempt}@{n}", r))), [])
+            for r in range(plan.world_size)
+        ]
+
+    tried = [a for a in range(plan.max_restarts + 1) if any(streams(a))] or [0]
+    attempts = [streams(a) for a in range(tried[-1] + 1)]
+    hung = bool(agents.hung)
+    outcomes = [
+        [_worker_outcome(r, events, outputs[a, r], hung) for r, events in enumerate(streams_of_attempt)]
+        for a, streams_of_attempt in enumerate(attempts)
+    ]
+    last = outcomes[-1]
+    failed = [o for o in last if o.status == RankStatus.FAILED]
+    evidence = agents.evidence
+    # Workers share their node's slot: the slot names a worker only where a node has one.
+    evidence.joined = None  # torchrun's agent holds the rendezvous, not the grader's store
+    if plan.workers_per_node > 1:
+        evidence.written_by = {}
+        evidence.over_memory = []
+    return LaunchResult(
+        last,
+        agents.duration_s,
+        attempts[-1],
+        min(failed, key=lambda o: o.exited_at or float("inf")).rank if failed else None,
+        [o.rank for o in last if o.status == RankStatus.HUNG],
+        agents.start_error,
+        evidence=evidence,
+        intrusions=agents.intrusions,
+        attempts=attempts,
+        attempt_outcomes=outcomes,
+        agents=agents.ranks,
+    )
+
+
+def _launch_job(job: Job, torchrun_job: TorchrunJob, private_dir: Path) -> LaunchResult:
+    private_dir.mkdir()
+    nodes = torchrun_job.nodes
+    agent_job = replace(job, world_size=nodes)  # one sandbox slot per node
+    containment = Containment(agent_job, private_dir)
+    agent_outputs = [CappedOutput(str(private_dir / f"agent{n}.out")) for n in range(nodes)]
+    spec = RankSpec.for_run(agent_job, private_dir, containment, [c.path for c in agent_outputs])
+    workers = job.world_size if nodes == 1 else 1
+    plan = TorchrunPlan(
+        spec,
+        nodes,
+        workers,
+        torchrun_job.max_restarts,
+        _free_port(),
+        str(containment.layout.channel_dir),  # the one folder of the run's that its users may open
+        nodes * workers - 1 if torchrun_job.fault else None,  # not rank 0: the writer of the snapshots
+        FAULT_AFTER_PASSES,
+    )
+    outputs = {
+        (a, r): _worker_output(plan.worker_output(a, r))
+        for a in range(plan.max_restarts + 1)
+        for r in range(plan.world_size)
+    }
+    plan_path = private_dir / "plan.json"
+    plan_path.write_text(plan.to_json())
+    captures = [*agent_outputs, *outputs.values()]
+    for capture in captures:
+        capture.start()
+    started_at, started = time.monotonic(), []
+    try:
+        for node in range(nodes):
+            argv = [sys.executable, "-m", "autograder.rank.torchrun_agent", str(plan_path), str(node)]
+            started.append(start_command(argv, agent_outputs[node].path))
+    except Exception as error:  # e.g. out of memory or processes
+        stop_all(started, captures)
+        return start_error(started_at, error, containment)
+    try:
+        agents = supervise(started, captures, spec, started_at, job.timeout_s, containment)
+    finally:
+        for agent in started:
+            os.close(agent.sentinel)
+    return _workers(agents, containment, plan, outputs)
+
+
+def _finished(result: LaunchResult) -> bool:
+    return not result.start_error and all(o.status == RankStatus.FINISHED for o in result.ranks)
+
+
+class TorchrunLauncher(Launcher):
+    kind = "torchrun"
+
+    def launch(self, job: Job, private_dir: Path) -> LaunchResult:
+        """The reference job's result, with the other jobs' in `jobs`. They run
+        only after the reference finished: a program that fails without a fault fails the same way with one."""
+        deadline = time.monotonic() + job.timeout_s
+        workdirs = {}
+        for torchrun_job in JOBS[1:]:
+            workdirs[torchrun_job.name] = Path(f"{job.workdir}_{torchrun_job.name}")
+            shutil.copytree(job.workdir, workdirs[torchrun_job.name], symlinks=True)
+        private_dir.mkdir(exist_ok=True)
+        reference = _launch_job(job, JOBS[0], private_dir / JOBS[0].name)
+        for torchrun_job in JOBS[1:] if _finished(reference) else ():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            other = replace(job, workdir=workdirs[torchrun_job.name], timeout_s=remaining)
+            reference.jobs[torchrun_job.name] = _launch_job(other, torchrun_job, private_dir / torchrun_job.name)
+        return reference

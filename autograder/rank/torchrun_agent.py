@@ -1,0 +1,70 @@
+"""One node's torchrun agent, as the grader starts it:
+
+    python -m autograder.rank.torchrun_agent PLAN NODE
+
+It enters the run's sandbox as slot NODE, then runs torchrun's own agent
+(torch.distributed.run): the agent starts the workers, watches them, and
+restarts them all when one dies. Each worker runs
+autograder.rank.torchrun_worker, which installs the probes and runs the
+student's file as `python FILE` would.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from .runner import TORCHRUN_VARIABLES, enter_sandbox, isolate, open_channels
+from .spec import TorchrunPlan
+
+PLAN_VARIABLE = "DDP_GRADER_TORCHRUN_PLAN"  # the plan, for the workers
+NODE_VARIABLE = "DDP_GRADER_NODE"  # the sandbox slot of the agent that started a worker
+MONITOR_INTERVAL_S = "0.1"  # how often the agent looks at its workers: a lost worker is seen at once
+
+
+def torchrun_arguments(plan: TorchrunPlan, node: int) -> list[str]:
+    """torchrun's command line for this node. A c10d rendezvous on the loopback,
+    hosted by node 0, as `torchrun --nnodes N --rdzv-endpoint HOST:PORT` on a cluster."""
+    return [
+        f"--nnodes={plan.nodes}",
+        f"--nproc-per-node={plan.workers_per_node}",
+        f"--max-restarts={plan.max_restarts}",
+        f"--monitor-interval={MONITOR_INTERVAL_S}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{plan.rendezvous_port}",
+        "--rdzv-id=grading",
+        f"--rdzv-conf=is_host={'true' if node == 0 else 'false'}",
+        "--local-addr=127.0.0.1",
+        "--module",
+        "autograder.rank.torchrun_worker",
+    ]
+
+
+def run(plan: TorchrunPlan, node: int) -> None:
+    spec = plan.spec
+    isolate(spec)  # the grader kills this process's group; the workers die with it
+    state = open_channels(spec, node)
+    enter_sandbox(spec, node, state)
+    state.close()  # the agent itself records nothing: its workers do
+    for name in (*TORCHRUN_VARIABLES, "MASTER_ADDR", "MASTER_PORT"):
+        os.environ.pop(name, None)
+    os.environ[PLAN_VARIABLE] = plan.to_json()
+    os.environ[NODE_VARIABLE] = str(node)
+    os.chdir(spec.workdir)
+    from torch.distributed.run import main as torchrun
+
+    code = 0
+    try:
+        torchrun(torchrun_arguments(plan, node))
+    except SystemExit as error:
+        code = 0 if error.code in (None, 0) else 1
+    except BaseException:  # ChildFailedError: the workers failed on every attempt
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    with open(sys.argv[1]) as plan_file:
+        run(TorchrunPlan.from_json(plan_file.read()), int(sys.argv[2]))
