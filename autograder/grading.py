@@ -102,7 +102,7 @@ def _run(
     private_dir.mkdir()
     module_path = _write_code(run_dir / "code", sub)
     exercise.prepare(workdir)
-    problem = submissions.preflight(sub)
+    problem = submissions.preflight(sub, needs_main=exercise.launcher != "torchrun")
     if problem is not None:
         return RunRecords(exercise.name, world_size, resolved, [], None, problem=problem)
     provided = _files(workdir)

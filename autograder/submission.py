@@ -139,7 +139,9 @@ def _defines_main(tree: ast.Module) -> bool:
     return False
 
 
-def preflight(submission: Submission) -> StudentProblem | None:
+def preflight(submission: Submission, needs_main: bool = True) -> StudentProblem | None:
+    """What keeps the code from running at all. needs_main: the grader calls
+    main(rank, world_size); a torchrun program runs as a script, and needs none."""
     try:
         tree = ast.parse(submission.code, filename=submission.module_file_name)
     except SyntaxError as error:
@@ -148,7 +150,7 @@ def preflight(submission: Submission) -> StudentProblem | None:
             f"Python cannot read your code: {error.msg} ({where}).",
             "Fix that line first; nothing runs until the whole file is valid Python.",
         )
-    if not _defines_main(tree):
+    if needs_main and not _defines_main(tree):
         return StudentProblem(
             "No function main(rank, world_size) is defined.",
             "The grader starts the ranks and calls main(rank, world_size) in each one; define it at the top level.",

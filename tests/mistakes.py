@@ -717,6 +717,23 @@ CATALOGUE = [
         ('model.load_state_dict(snapshot["model"])', 'model.load_state_dict(snapshot["model_state"])'),
     ),
     entry(
+        "robustness/torchrun_hangs_after_restart",
+        FT,
+        "A torchrun program whose restarted workers find the snapshot and then wait\nforever: it never resumes.",
+        (
+            '    snapshot = torch.load(SNAPSHOT_PATH, map_location="cpu")\n',
+            "    threading.Event().wait()  # a restarted worker never gets further\n"
+            '    snapshot = torch.load(SNAPSHOT_PATH, map_location="cpu")\n',
+        ),
+        ("import os\n", "import os\nimport threading\n"),
+    ),
+    entry(
+        "robustness/torchrun_crashes_every_time",
+        FT,
+        "A torchrun program that raises before training, on every attempt.",
+        ("        torch.manual_seed(0)\n", '        raise RuntimeError("the data folder is empty")\n'),
+    ),
+    entry(
         "robustness/prints_megabytes",
         LR,
         "A correct DDP program that prints about 20 MB on every rank.",
@@ -911,6 +928,37 @@ FLOOD = """def flood_processes():
 BLANK_MAIN = "def main(rank, world_size):\n    return\n    setup(rank, world_size)\n"
 ON_RANK_0 = "def main(rank, world_size):\n    if rank == 0:\n        {call}\n    setup(rank, world_size)\n"
 ATTACKS = [
+    entry(
+        "tamper/dodges_the_fault",
+        FT,
+        "Attack: the program removes every optimizer step hook before training, the\n"
+        "grader's too, so that the worker chosen for the fault is never killed.",
+        (
+            "        torch.manual_seed(0)\n",
+            "        step_hooks._global_optimizer_post_hooks.clear()\n"
+            "        step_hooks._global_optimizer_pre_hooks.clear()\n"
+            "        torch.manual_seed(0)\n",
+        ),
+        ("import torch\n", "import torch\nimport torch.optim.optimizer as step_hooks\n"),
+    ),
+    entry(
+        "tamper/takes_another_jobs_snapshot",
+        FT,
+        "Attack: once restarted, the program looks for the snapshots of the grader's\n"
+        "other runs (the run without a fault ends with the weights to match) and\n"
+        "stops with an error naming what it found.",
+        (
+            "def main() -> None:\n",
+            "def snapshots_of_other_runs() -> list[str]:\n"
+            '    found = glob.glob("/tmp/**/snapshot.pt", recursive=True) + glob.glob("/**/work/snapshot.pt")\n'
+            "    return sorted({os.path.realpath(p) for p in found} - {os.path.realpath(SNAPSHOT_PATH)})\n"
+            "\n\n"
+            "def main() -> None:\n"
+            '    if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0" and snapshots_of_other_runs():\n'
+            '        raise RuntimeError(f"found {snapshots_of_other_runs()}")\n',
+        ),
+        ("import os\n", "import glob\nimport os\n"),
+    ),
     entry(
         "tamper/writes_record_files",
         LR,

@@ -9,9 +9,10 @@ Grading a torchrun program takes three jobs, all within the one deadline:
   program must resume;
 - two_node: two agents (--nnodes 2, a c10d rendezvous on the loopback), one
   worker each, so a worker's global rank and its local rank differ.
-Each job works in a folder of its own, copied from the grading's before
-anything runs, so no job finds another's snapshot. The agent of each node is
-one sandbox slot; its workers are in it with it.
+The faulted and two-node jobs each run in a run folder of their own, with
+copies of the code and of the working folder made before anything runs, so
+no job finds (or, in the sandbox, sees) another's snapshot. The agent of each
+node is one sandbox slot; its workers are in it with it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -175,16 +177,26 @@ class TorchrunLauncher(Launcher):
         """The reference job's result, with the other jobs' in `jobs`. They run
         only after the reference finished: a program that fails without a fault fails the same way with one."""
         deadline = time.monotonic() + job.timeout_s
-        workdirs = {}
-        for torchrun_job in JOBS[1:]:
-            workdirs[torchrun_job.name] = Path(f"{job.workdir}_{torchrun_job.name}")
-            shutil.copytree(job.workdir, workdirs[torchrun_job.name], symlinks=True)
-        private_dir.mkdir(exist_ok=True)
-        reference = _launch_job(job, JOBS[0], private_dir / JOBS[0].name)
-        for torchrun_job in JOBS[1:] if _finished(reference) else ():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            other = replace(job, workdir=workdirs[torchrun_job.name], timeout_s=remaining)
-            reference.jobs[torchrun_job.name] = _launch_job(other, torchrun_job, private_dir / torchrun_job.name)
-        return reference
+        others = {torchrun_job.name: _run_folder(job) for torchrun_job in JOBS[1:]}
+        try:
+            private_dir.mkdir(exist_ok=True)
+            reference = _launch_job(job, JOBS[0], private_dir / JOBS[0].name)
+            for torchrun_job in JOBS[1:] if _finished(reference) else ():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                other = replace(others[torchrun_job.name], timeout_s=remaining)
+                reference.jobs[torchrun_job.name] = _launch_job(other, torchrun_job, other.workdir.parent / "private")
+            return reference
+        finally:
+            for other in others.values():
+                shutil.rmtree(other.workdir.parent, ignore_errors=True)
+
+
+def _run_folder(job: Job) -> Job:
+    """The job in a run folder of its own, with copies of its code and its working folder."""
+    root = Path(tempfile.mkdtemp(prefix="ddp-grade-torchrun-"))
+    code = Path(job.module_path).parent
+    shutil.copytree(code, root / "code", symlinks=True)
+    shutil.copytree(job.workdir, root / "work", symlinks=True)
+    return replace(job, module_path=root / "code" / Path(job.module_path).name, workdir=root / "work")

@@ -127,7 +127,7 @@ def _student_frames(error: BaseException, module_path: str) -> list[dict]:
     ]
 
 
-def record_error(state: RankState, error: BaseException, spec: RankSpec) -> None:
+def _record_error(state: RankState, error: BaseException, spec: RankSpec) -> None:
     state.record(
         "error",
         type=type(error).__name__,
@@ -177,18 +177,25 @@ def run_rank(rank: int, spec: RankSpec) -> None:
     _fresh_numpy_seed()
     prepare_environment(spec)
     probes.install(state)
+
+    def call_main():
+        _entry_point(_import_submission(spec))(rank, spec.world_size)
+
+    run_to_the_end(state, spec, call_main)
+
+
+def run_to_the_end(state: RankState, spec: RankSpec, student_code) -> None:
+    """Run the student's code, record how it ended, and end the process."""
     failed = False
     try:
-        module = _import_submission(spec)
-        main = _entry_point(module)
-        main(rank, spec.world_size)
+        student_code()
     except SystemExit as error:
         if error.code not in (None, 0):
             failed = True
-            record_error(state, error, spec)
+            _record_error(state, error, spec)
     except BaseException as error:
         failed = True
-        record_error(state, error, spec)
+        _record_error(state, error, spec)
     finally:
         probes.finish(state)
         state.record("rank_done", failed=failed)

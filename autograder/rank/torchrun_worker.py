@@ -21,7 +21,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from .._process import die_with_parent
 from . import probes
 from .probes.state import RankState
-from .runner import record_error, redirect_output
+from .runner import redirect_output, run_to_the_end
 from .spec import TorchrunPlan
 from .torchrun_agent import NODE_VARIABLE, PLAN_VARIABLE
 
@@ -69,23 +69,7 @@ def run(plan: TorchrunPlan) -> None:
     probes.install(state)
     if plan.fault_rank == rank and attempt == 0:
         _arm_fault(state, plan.fault_after_passes)
-    failed = False
-    try:
-        runpy.run_path(spec.module_path, run_name="__main__")
-    except SystemExit as error:
-        if error.code not in (None, 0):
-            failed = True
-            record_error(state, error, spec)
-    except BaseException as error:
-        failed = True
-        record_error(state, error, spec)
-    finally:
-        probes.finish(state)
-        state.record("rank_done", failed=failed)
-        state.close()
-        sys.stdout.flush()
-        sys.stderr.flush()
-    os._exit(1 if failed else 0)
+    run_to_the_end(state, spec, lambda: runpy.run_path(spec.module_path, run_name="__main__"))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,78 @@
+"""The torchrun launcher keeps the grader's promises: one deadline for all
+three jobs, restarts included; nothing left running; a clear verdict for a
+program that never resumes or crashes on every attempt; bad input refused
+with a message; and attacks on the fault gain nothing."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from conftest import failed_ids, run_cli
+from mistakes import write_submission
+
+from autograder import grading
+from autograder.launch.sandbox import why_unavailable
+
+FT = "fault_tolerance"
+NEEDS_THE_RESTART = {"resumed", "resume_epoch", "optimizer_restored", "same_result"}
+SLACK_S = 25  # interpreter starts, torch imports, killing; the machine is shared
+
+
+def test_a_restart_that_never_resumes_ends_at_the_one_deadline(tmp_path, no_leftover_ranks):
+    path = write_submission("robustness/torchrun_hangs_after_restart", tmp_path)
+    started = time.monotonic()
+    report = grading.grade(path, FT, timeout_s=40)
+    assert time.monotonic() - started < 40 + SLACK_S
+    # The reference run finished; the restarted workers hung until the deadline, so the two-node run never ran.
+    assert failed_ids(report) == NEEDS_THE_RESTART | {"snapshot_rank0"}
+    resumed = report.check("resumed")
+    assert "after the restart, rank" in resumed.message and "still running at the time limit" in resumed.message
+    assert (
+        "the two-node run did not run, because the time limit ran out first" in report.check("snapshot_rank0").message
+    )
+
+
+def test_a_crash_on_every_attempt_names_the_error_and_its_line(tmp_path, no_leftover_ranks):
+    path = write_submission("robustness/torchrun_crashes_every_time", tmp_path)
+    report_path = tmp_path / "report.json"
+    done = run_cli("check", str(path), "--exercise", FT, "--json", str(report_path))
+    assert done.returncode == 1, done.stderr
+    report = json.loads(report_path.read_text())
+    assert report["score"] == 0
+    assert "RuntimeError: the data folder is empty" in report["error"]
+    assert f"{path.name}, line " in report["error"]
+    assert all(c["status"] == "failed" for c in report["checks"])
+
+
+def test_bad_input_is_refused_with_a_message(tmp_path):
+    broken = tmp_path / "broken.py"
+    broken.write_text("def main(:\n")
+    done = run_cli("check", str(broken), "--exercise", FT)
+    assert done.returncode == 1
+    assert "Python cannot read your code" in done.stdout
+    missing = run_cli("check", str(tmp_path / "nowhere.py"), "--exercise", FT)
+    assert missing.returncode == 2 and "nowhere.py" in missing.stderr
+
+
+def test_a_script_without_main_is_a_torchrun_program_too(tmp_path, no_leftover_ranks):
+    """torchrun runs the file as a script: the grader asks for no main()."""
+    script = tmp_path / "script.py"
+    script.write_text('print("no process group here")\n')
+    report = grading.grade(script, FT, timeout_s=60)
+    assert "main" not in (report.error or "")
+    assert "never joined a process group" in report.check("torchrun_env").message
+
+
+def test_dodging_the_fault_gains_nothing(tmp_path, no_leftover_ranks):
+    report = grading.grade(write_submission("tamper/dodges_the_fault", tmp_path), FT)
+    assert NEEDS_THE_RESTART <= failed_ids(report)
+    assert "finished before the grader's fault came" in report.check("resumed").message
+
+
+@pytest.mark.skipif(why_unavailable() is not None, reason="without the sandbox every folder of the run is in sight")
+def test_a_restarted_worker_sees_no_other_job_s_snapshot(tmp_path, no_leftover_ranks):
+    """Each job runs in a run folder of its own: the faulted run cannot take the weights it must match."""
+    report = grading.grade(write_submission("tamper/takes_another_jobs_snapshot", tmp_path), FT)
+    assert report.passed, [(v.id, v.message) for v in report.checks if v.status == "failed"]
