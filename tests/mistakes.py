@@ -660,6 +660,33 @@ CATALOGUE = [
         ),
         ("import os\n", "import os\nimport threading\n"),
     ),
+    entry(
+        "robustness/spawned_as_spawn_does",
+        LR,
+        "A correct DDP program that asserts, in each process its launcher spawns, what\n"
+        "spawn promises: the file imported again as __mp_main__ (so a global the\n"
+        "launcher changed is as the import left it), and the environment the launcher\n"
+        "set before the call. Fork would break the first, a stale fork server the second.",
+        (
+            'CHECKPOINT = "linear_regression.pt"\n',
+            'CHECKPOINT = "linear_regression.pt"\n'
+            "IMPORTED_AS = __name__  # __mp_main__ in a process mp.spawn started\n"
+            "CHANGED_BY_LAUNCHER = False\n",
+        ),
+        (
+            '    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")\n',
+            '    assert not CHANGED_BY_LAUNCHER, "this process shares the launcher\'s memory, as a fork would"\n'
+            '    if IMPORTED_AS == "__mp_main__":\n'
+            '        assert os.environ.get("SET_BY_LAUNCHER") == "yes", "the launcher\'s environment is missing"\n'
+            '    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")\n',
+        ),
+        (
+            "    mp.spawn(main, args=(world_size,), nprocs=world_size)\n",
+            '    os.environ["SET_BY_LAUNCHER"] = "yes"\n'
+            "    CHANGED_BY_LAUNCHER = True\n"
+            "    mp.spawn(main, args=(world_size,), nprocs=world_size)\n",
+        ),
+    ),
     # The torchrun program (fault_tolerance): its snapshot and its resume.
     entry(
         "fault_tolerance/examples_pattern",

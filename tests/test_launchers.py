@@ -23,6 +23,15 @@ def test_each_launcher_passes_the_reference(kind, no_leftover_ranks):
     assert report.passed and report.score == report.max_score, report.error
 
 
+def test_the_students_own_spawn_starts_each_process_as_spawn_does(tmp_path, no_leftover_ranks):
+    """The processes of the student's mp.spawn come warm from a fork server, yet
+    each imports the file again and has the launcher's environment at the call."""
+    submission = robustness_case("spawned_as_spawn_does.py", tmp_path)
+    for world_size in (2, 3):
+        report = grade(submission, "linear_regression", world_size=world_size, backend="gloo")
+        assert report.score == report.max_score, [c.message for c in report.checks if not c.passed]
+
+
 def test_the_process_launcher_keeps_the_deadline_and_stops_every_rank(tmp_path):
     submission = robustness_case("hang_recv.py", tmp_path)
     job = Job(2, "gloo", False, 5.0, submission, tmp_path, is_notebook=False)

@@ -4,7 +4,9 @@ this machine, as the student's own mp.spawn would start them."""
 from __future__ import annotations
 
 import importlib
+import os
 import time
+from multiprocessing import forkserver, resource_tracker
 from pathlib import Path
 
 import torch.multiprocessing as mp
@@ -34,13 +36,51 @@ def start_method(job: Job) -> str:
         # once here rather than in every rank.
         importlib.import_module("torch._dynamo")
         return "fork"
-    mp.set_forkserver_preload(
-        ["torch", "torch._dynamo", "torch.distributed", "torch.nn.parallel", "autograder.rank.runner"]
-    )
+    return warm_method(job)
+
+
+def warm_method(job: Job) -> str:
+    """The fork server, whose one import of torch, DDP and the probes every process it forks shares."""
+    if job.backend == "nccl":
+        return "spawn"
+    mp.set_forkserver_preload(WARM_MODULES)
     return "forkserver"
 
 
-def _started(process) -> StartedRank:
+WARM_MODULES = ["torch", "torch._dynamo", "torch.distributed", "torch.nn.parallel", "autograder.rank.own_launcher"]
+
+
+def start_fork_server() -> None:
+    """Start the fork server now (it imports in the background), for this
+    process and the processes forked from it (adopt_fork_server)."""
+    mp.set_forkserver_preload(WARM_MODULES)
+    forkserver.ensure_running()
+
+
+def adopt_fork_server() -> None:
+    """In a fork of the process that started the fork server: use that one.
+
+    Python's forkserver checks that its server is alive by waiting on it,
+    which only its parent may do; here a signal 0 does."""
+    server = forkserver._forkserver
+    pid = server._forkserver_pid
+    if pid is None:
+        return
+
+    def ensure_running() -> None:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:  # gone: this process starts a fork server of its own
+            server._forkserver_pid = server._forkserver_address = None
+            del server.ensure_running
+            server.ensure_running()
+            return
+        resource_tracker.ensure_running()
+
+    server.ensure_running = ensure_running
+
+
+def started_process(process) -> StartedRank:
     def wait() -> int:
         process.join()
         return process.exitcode
@@ -70,5 +110,5 @@ class MultiprocessingLauncher(Launcher):
         if failure is not None:
             stop_all([], captures)
             return start_error(started_at, failure, containment)
-        ranks = [_started(p) for p in context.processes]
+        ranks = [started_process(p) for p in context.processes]
         return supervise(ranks, captures, spec, started_at, job.timeout_s, containment)

@@ -21,6 +21,7 @@ from .._process import die_with_parent
 from ..errors import CannotGrade
 from ..grading import judge, record
 from ..judge.records import OwnLauncherRun, own_launcher_dict, own_launcher_from_dict
+from ..launch.local import adopt_fork_server, start_fork_server
 from ..reports import json_report
 
 
@@ -35,6 +36,7 @@ def _grade_in_child(request: dict) -> int:
     if pid == 0:
         status = 2
         try:
+            adopt_fork_server()
             sub, run = record(
                 request["path"],
                 request["exercise"],
@@ -71,8 +73,12 @@ def _saved_own_launcher(path: str | None) -> OwnLauncherRun | None:
 
 def serve() -> None:
     die_with_parent()  # the kernel that started us
-    answers = sys.stdout
-    sys.stdout = sys.stderr  # nothing else may write on the answer channel
+    # The answers go out on an fd of their own, which no process this one
+    # starts by exec (the fork server) gets: nothing else may write there.
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    start_fork_server()  # for the student's own launcher, warm before the first grading needs it
     print(json.dumps({"ready": True}), file=answers, flush=True)
     for line in sys.stdin:
         status = _grade_in_child(json.loads(line))

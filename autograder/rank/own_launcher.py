@@ -11,9 +11,14 @@ rendezvous (as graded ranks do), whatever port the student chose, so many
 gradings can share a machine.
 
 A spawned rank imports the file again as `__mp_main__`. Before it does, the
-sitecustomize in spawned_hook/ (on the ranks' PYTHONPATH) installs the spawn
-guard: in a notebook a cell that launches the job is normal, and must not
-launch it again inside each rank.
+spawn guard is installed (by the sitecustomize in spawned_hook/, on the ranks'
+PYTHONPATH, or by the warm fork server before it serves): in a notebook a
+cell that launches the job is normal, and must not launch it again inside
+each rank.
+
+When this process was forked from the grader's warm fork server, the
+student's spawn starts its processes from a warm fork server of its own
+(warm_spawn.py), with spawn's semantics.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import runpy
 import sys
 
 from ..launch import MAX_OWN_LAUNCHER_RANKS
+from . import warm_spawn
 from .probes import process_group, spawn_guard
 from .probes.state import RankState, StudentError
 from .runner import enter_sandbox, isolate, open_channels, prepare_environment
@@ -71,7 +77,7 @@ def _rank_with_probes(rank: int, fn, args, world_size: int) -> None:
     os._exit(0)
 
 
-def _install_spawn_probe(state: RankState) -> None:
+def _install_spawn_probe(state: RankState, warm: bool) -> None:
     import torch
     import torch.multiprocessing as mp
 
@@ -86,7 +92,8 @@ def _install_spawn_probe(state: RankState) -> None:
                 f"Your launcher asked for nprocs={nprocs!r} processes; the grader runs 1 to {MAX_OWN_LAUNCHER_RANKS}.",
                 "Start world_size processes, with world_size a number of 1 or more.",
             )
-        return original_start(_rank_with_probes, (fn, tuple(args), nprocs), nprocs, join, daemon, start_method)
+        method = "forkserver" if warm and start_method == "spawn" else start_method  # the same semantics, warm
+        return original_start(_rank_with_probes, (fn, tuple(args), nprocs), nprocs, join, daemon, method)
 
     def join(self, timeout=None, grace_period=None):
         try:
@@ -102,7 +109,9 @@ def _install_spawn_probe(state: RankState) -> None:
     spawn_module.ProcessContext.join = join
 
 
-def run(spec: RankSpec) -> None:
+def run(spec: RankSpec, warm: bool = False) -> None:
+    """The student's file as `python FILE`. warm: this process was forked with
+    torch imported and no computation run, so it may fork a spawn server."""
     # The launcher kills this process's group: the ranks the student started are in it.
     isolate(spec)
     state = open_channels(spec, 0)
@@ -111,8 +120,10 @@ def run(spec: RankSpec) -> None:
     os.environ[SPEC_VARIABLE] = spec.to_json()
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (HOOK_DIR, os.environ.get("PYTHONPATH")) if p)
     failed, error_text = False, ""
+    if warm:
+        warm_spawn.start_server(guard_spawned_rank)
     try:
-        _install_spawn_probe(state)
+        _install_spawn_probe(state, warm)
         runpy.run_path(spec.module_path, run_name="__main__")
     except SystemExit as error:
         failed = error.code not in (None, 0)
