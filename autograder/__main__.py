@@ -12,6 +12,7 @@ import signal
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 
 from .errors import CannotGrade
 from .exercises import EXERCISES
@@ -70,7 +71,8 @@ def _course_checkout(console: Console, failure: str):
 
     course = course_root()
     if course is None:
-        console.print(f"[bold red]{failure}:[/] run it from the course's own checkout (with nbgrader_config.py).")
+        where = "run it from the course's own checkout (with nbgrader_config.py)."
+        console.print(f"[bold red]{escape(failure)}:[/] {where}")
     return course
 
 
@@ -86,7 +88,7 @@ def _student_bundle(args) -> int:
     try:
         members = build(course, Path(args.output))
     except FileNotFoundError as error:
-        console.print(f"[bold red]No bundle:[/] {error}")
+        console.print(f"[bold red]No bundle:[/] {escape(str(error))}")
         return EXIT_CANNOT_GRADE
     print(f"Wrote {args.output}: {len(members)} files, the released assignments and the grader.")
     return EXIT_PASSED
@@ -104,7 +106,8 @@ def _gradescope_bundle(args) -> int:
     try:
         members = build(course, EXERCISES[args.exercise], Path(args.output))
     except OSError as error:
-        console.print(f"[bold red]No autograder zip:[/] cannot write {args.output}: {error.strerror or error}.")
+        why = escape(f"cannot write {args.output}: {error.strerror or error}.")
+        console.print(f"[bold red]No autograder zip:[/] {why}")
         return EXIT_CANNOT_GRADE
     print(
         f"Wrote {args.output}: {len(members)} files (setup.sh, run_autograder and the grader) for {args.exercise}. "
@@ -122,10 +125,10 @@ def _export(args) -> int:
     try:
         students, unsubmitted = export(Path(args.course), args.assignment, args.format, Path(args.output))
     except CourseError as error:
-        console.print(f"[bold red]Nothing exported:[/] {error}")
+        console.print(f"[bold red]Nothing exported:[/] {escape(str(error))}")
         return EXIT_CANNOT_GRADE
     for assignment in unsubmitted:
-        console.print(f"[yellow]Nobody has a graded submission of {assignment}:[/] its cells are all empty.")
+        console.print(f"[yellow]Nobody has a graded submission of {escape(assignment)}:[/] its cells are all empty.")
     print(f"Wrote {args.output}: {students} student rows, {args.format} format.")
     return EXIT_PASSED
 
@@ -141,7 +144,7 @@ def _class_report(args) -> int:
         if args.html:
             class_report.write(report, Path(args.html))
     except CourseError as error:
-        Console(stderr=True, highlight=False).print(f"[bold red]No class report:[/] {error}")
+        Console(stderr=True, highlight=False).print(f"[bold red]No class report:[/] {escape(str(error))}")
         return EXIT_CANNOT_GRADE
     class_report.render(report, Console(highlight=False))
     if args.html:
@@ -184,7 +187,8 @@ def _autograde(args) -> int:
     shown = {s: notes[s] for s in submissions(course, args.assignment) if s in notes}
     console.print(scores_table(course, shown, [args.assignment]))
     for outcome in run.failures:
-        console.print(f"[bold red]{outcome.student}[/]'s grading failed ({outcome.why}); the end of its log:")
+        why = escape(f"({outcome.why})")
+        console.print(f"[bold red]{escape(outcome.student)}[/]'s grading failed {why}; the end of its log:")
         console.print(outcome.log, style="dim", markup=False)
     console.print(
         f"Graded {len(run.graded)} student{'s' * (len(run.graded) != 1)} in {run.seconds:.0f} s, "
@@ -211,7 +215,8 @@ def _autograde_on_slurm(args, console: Console, progress):
         options = slurm.SlurmOptions(args.partition, gpus, args.cpus_per_job, args.time)
         job = slurm.submit(course, args.assignment, args.student or None, args.force, options)
         if job is None:
-            console.print(f"Every submission of {args.assignment} is unchanged since it was graded; nothing to do.")
+            unchanged = f"Every submission of {args.assignment} is unchanged since it was graded; nothing to do."
+            console.print(unchanged, markup=False)
             return EXIT_PASSED, ""
         console.print(
             f"Submitted Slurm job {job.job_id}: {len(job.students)} array tasks; its script: {job.folder}/grade.sbatch",
@@ -392,9 +397,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.run(args)
     except CannotGrade as error:
         console = Console(stderr=True, highlight=False)
-        console.print(f"[bold red]Cannot grade:[/] {error.message}")
+        console.print(f"[bold red]Cannot grade:[/] {escape(error.message)}")
         if error.hint:
-            console.print(f"[bold]Tip:[/] {error.hint}")
+            console.print(f"[bold]Tip:[/] {escape(error.hint)}")
         return EXIT_CANNOT_GRADE
     except KeyboardInterrupt:  # the launcher has stopped every rank on the way out
         Console(stderr=True, highlight=False).print(

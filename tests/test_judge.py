@@ -152,6 +152,25 @@ def test_a_rank_that_failed_halfway_is_named_as_the_cause():
     assert report.error == "Rank 1 failed: RuntimeError: boom" and not report.passed
 
 
+def test_a_rank_that_raised_is_the_cause_even_when_its_cut_off_peer_exits_first():
+    """Rank 0 raised; rank 1, its connection gone, exited before rank 0 did, so the
+    launcher saw rank 1 fail first and stopped rank 0. The cause is still rank 0's error."""
+    data = fixture()
+    stop(data, 0, 30, RankStatus.STOPPED, -9)
+    stop(data, 1, 31, RankStatus.FAILED, 1)
+    data["launch"]["evidence"]["written_by"] = {}  # rank 0 raised before it saved
+    cause = {"kind": "error", "time": 1.0, "step": 9, "type": "AttributeError", "from_grader": False}
+    cause |= {"message": "'function' object has no attribute 'state_dict'", "hint": "", "frames": []}
+    cut_off = cause | {"time": 1.2, "type": "RuntimeError", "message": "[pair.cc:545] Connection closed by peer"}
+    data["ranks"][0]["events"].append(cause)
+    data["ranks"][1]["events"].append(cut_off)
+    run = RunRecords.from_dict(data)
+    assert run.launch.first_failure == 1 and run.root_cause_rank == 0
+    report = judge(Submission(Path(EXERCISES["linear_regression"].solution), False, ""), run)
+    assert report.error.startswith("Rank 0 failed: AttributeError: 'function' object"), report.error
+    assert "rank 0 stopped with an error first" in report.check("cleanup").message
+
+
 def test_a_rank_killed_without_a_word_fails_closed():
     """os._exit, a segfault or the OOM killer: no error event, no end-of-run records."""
     data = stop(fixture(), 1, 60, RankStatus.FAILED, -11)

@@ -268,7 +268,7 @@ def run_demo(keep: bool = False) -> int:
             )
         return 0
     except (CommandFailed, subprocess.TimeoutExpired) as error:
-        console.print(f"[bold red]The demo failed:[/] {error}")
+        console.print(f"[bold red]The demo failed:[/] {escape(str(error))}")
         if keep:
             console.print(f"Course folder kept: {course}")
         return 1

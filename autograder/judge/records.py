@@ -120,7 +120,7 @@ class RunRecords:
 
         def failed_at(records: RankRecords) -> float:
             times = [records.error["time"]] if records.error else []
-            if records.outcome.exited_at is not None:
+            if records.outcome is not None and records.outcome.exited_at is not None:
                 times.append(records.outcome.exited_at)
             return min(times, default=float("inf"))
 
@@ -128,7 +128,9 @@ class RunRecords:
             # The error of a rank whose peer died under it: the peer is the cause.
             return bool(records.error) and any(text in records.error["message"] for text in PEER_GONE)
 
-        failed = [r for r in self.ranks if r.outcome and r.outcome.status == RankStatus.FAILED]
+        # A rank that raised may still be on its way out when its peer, cut off,
+        # exits first and gets it stopped: its own error record makes it a candidate.
+        failed = [r for r in self.ranks if r.error or (r.outcome and r.outcome.status == RankStatus.FAILED)]
         if failed:
             return min(failed, key=lambda r: (peer_gone(r), failed_at(r))).rank
         if self.launch.first_failure is not None:
@@ -143,10 +145,10 @@ class RunRecords:
             return "the code could not run (see the error above)"
         records = self.ranks[rank] if rank < len(self.ranks) else None
         status = records.outcome.status if records and records.outcome else None
+        if records is not None and records.error is not None:  # even if stopped on its way out
+            return f"rank {rank} stopped with an error first (see the error above)"
         if status in (RankStatus.HUNG, RankStatus.STOPPED):
             return f"rank {rank} was {RANK_STATUS_WORDS[status]}"
-        if records is not None and records.error is not None:
-            return f"rank {rank} stopped with an error first (see the error above)"
         if status == RankStatus.FAILED and records.outcome.exit_code is not None:
             return f"rank {rank} {exit_phrase(records.outcome.exit_code)} before main returned"
         if records is not None and records.malformed:

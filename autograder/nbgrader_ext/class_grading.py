@@ -35,6 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rich.markup import escape
+
 from ..errors import CannotGrade
 from .gradebook import merge
 
@@ -305,20 +307,26 @@ class ConsoleProgress(Progress):
 
     def begin(self, total: int, unchanged: list[str]) -> None:
         if unchanged:
-            self.console.print(f"Unchanged since last graded, left as they are: {', '.join(unchanged)}")
+            self.console.print(f"Unchanged since last graded, left as they are: {escape(', '.join(unchanged))}")
         self.bar.start()
         self.task = self.bar.add_task(f"autograde {self.assignment}", total=total, running="")
 
     def started(self, running: set[str]) -> None:
-        self.bar.update(self.task, running="grading " + ", ".join(sorted(running)))
+        self.bar.update(self.task, running=_grading(running))
 
     def finished(self, outcome: Outcome, running: set[str]) -> None:
-        self.bar.update(self.task, advance=1, running=("grading " + ", ".join(sorted(running))) if running else "")
+        self.bar.update(self.task, advance=1, running=_grading(running))
         if outcome.failed:
-            self.console.print(f"[bold red]{outcome.student}[/]: {outcome.why} after {outcome.seconds:.0f} s")
+            why = escape(f"{outcome.why} after {outcome.seconds:.0f} s")
+            self.console.print(f"[bold red]{escape(outcome.student)}[/]: {why}")
 
     def end(self) -> None:
         self.bar.stop()
+
+
+def _grading(running: set[str]) -> str:
+    """The progress line's list of the students being graded (escaped: it is markup)."""
+    return escape("grading " + ", ".join(sorted(running))) if running else ""
 
 
 def autograde(

@@ -155,24 +155,26 @@ def build(course: Path, assignment: str) -> ClassReport:
 
 def render(report: ClassReport, console) -> None:
     from rich import box
+    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
-    console.print(f"[bold]{report.assignment}[/]: {report.summary}", soft_wrap=True)
+    console.print(f"[bold]{escape(report.assignment)}[/]: {escape(report.summary)}", soft_wrap=True)
     rates = Table(title="Each check's pass rate", title_justify="left", box=box.SIMPLE_HEAD)
     for heading, justify in (("Check", "left"), ("Passed", "right"), ("Rate", "right")):
         rates.add_column(heading, justify=justify)
     for rate in report.pass_rates:
-        rates.add_row(rate.title, f"{rate.passed}/{rate.graded}", f"{rate.fraction:.0%}")
+        rates.add_row(Text(rate.title), f"{rate.passed}/{rate.graded}", f"{rate.fraction:.0%}")
     console.print(rates)
     if report.failures:
         common = Table(title="The most common failures", title_justify="left", box=box.SIMPLE_HEAD)
         for heading in ("Students", "Check", "Message"):
             common.add_column(heading, overflow="fold")
         for failure in report.failures[:TOP_FAILURES]:
-            common.add_row(", ".join(failure.students), failure.check, failure.message)
+            common.add_row(*(Text(cell) for cell in (", ".join(failure.students), failure.check, failure.message)))
         console.print(common)
     for student, how in report.stopped.items():
-        console.print(f"[bold red]{student}[/]: " + "; ".join(how), markup=True, highlight=False)
+        console.print(f"[bold red]{escape(student)}[/]: " + escape("; ".join(how)), highlight=False)
 
 
 # --- the page ---------------------------------------------------------------------
