@@ -125,13 +125,17 @@ def main() -> None:
         before = baseline_seconds(course, Path(folder), args.baseline) if args.baseline else None
         serial = serial_nbgrader(course, Path(folder) / "serial")
         command = [sys.executable, "-m", "autograder", "autograde", ASSIGNMENT, "--jobs", str(args.jobs)]
-        parallel, _ = timed(command, course)
+        parallel, output = timed(command, course)
+        each = sorted(int(m) for m in re.findall(r"graded, (\d+) s", output))
         n = args.students
         print(f"{n} submissions of {ASSIGNMENT}:")
         if before is not None:
             print(f"  serial nbgrader, grader at {args.baseline}: {before:.0f} s ({before / n:.1f} s each)")
         print(f"  serial nbgrader, this grader: {serial:.0f} s ({serial / n:.1f} s each)")
         print(f"  python -m autograder autograde --jobs {args.jobs}: {parallel:.0f} s ({parallel / n:.1f} s each)")
+        if each:
+            median = each[len(each) // 2]
+            print(f"    one student in a job: median {median} s, first {each[-1]} s (the job's warm helpers starting)")
         if before is not None:
             print(f"  ratio over serial nbgrader at {args.baseline}: {before / parallel:.2f}")
         print(f"  ratio over serial nbgrader with this grader: {serial / parallel:.2f}")

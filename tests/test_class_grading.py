@@ -146,14 +146,52 @@ def test_a_broken_notebook_fails_alone(course):
     assert scores(course, ["ada"], [ASSIGNMENT])["ada", ASSIGNMENT][0] == 18
 
 
-def test_a_grading_past_its_time_is_killed_and_reported(course):
-    run = autograde(course, ASSIGNMENT, students=["ada"], timeout_s=8)
-    assert [o.returncode for o in run.graded] == [None]
-    assert "Killed: the grading took longer than 8 s." in run.graded[0].log
+def add_cell(course: Path, student: str, source: str) -> None:
+    """The student's notebook gets a code cell of their own at its end."""
+    path = course / "submitted" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    notebook = nbformat.read(path, as_version=4)
+    notebook.cells.append(nbformat.v4.new_code_cell(source))
+    nbformat.write(notebook, path)
+
+
+def class_helpers() -> list:
+    """What a class's autograde starts: nbgrader (warm, or not), its kernels, the warm graders and their ranks."""
+    return (
+        kernel_processes()
+        + processes_mentioning("--student")
+        + processes_mentioning("autograder.nbgrader_ext.warm_nbgrader")
+        + processes_mentioning("/ddp-autograde-")  # the jobs' graders: their sockets are in the run's folder
+    )
+
+
+def test_a_grading_past_its_time_is_killed_and_reported_and_the_next_student_is_graded(course):
+    add_cell(course, "ada", "import time\n\nwhile True:\n    time.sleep(1)")
+    run = autograde(course, ASSIGNMENT, students=["ada", "brook"], jobs=1, timeout_s=25)
+    assert [(o.student, o.returncode) for o in run.graded] == [("ada", None), ("brook", 0)]
+    assert "Killed: the grading took longer than 25 s." in run.graded[0].log
+    found = scores(course, ["brook"], [ASSIGNMENT])
+    assert found["brook", ASSIGNMENT][0] == EXPECTED["brook"]  # in the same job, after the kill
     deadline = time.monotonic() + 10
-    while (left := kernel_processes() + processes_mentioning("--student")) and time.monotonic() < deadline:
+    while (left := class_helpers()) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not left  # nbgrader, its kernel and the grader went with it
+    assert not left  # nbgrader, its kernel and the graders went with it
+
+
+def test_a_student_s_kernel_cannot_reach_the_job_s_warm_grader(course):
+    """The job's grader is nbgrader's: the kernel sees neither its address nor its socket."""
+    add_cell(
+        course,
+        "ada",
+        "import glob, os\n"
+        "print('address:', os.environ.get('DDP_GRADER_SOCKET'))\n"
+        "print('sockets:', glob.glob('/tmp/ddp-autograde-*/*'))",
+    )
+    run = autograde(course, ASSIGNMENT, students=["ada"])
+    assert not run.failures, [o.log for o in run.failures]
+    notebook = nbformat.read(course / "autograded" / "ada" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    printed = "".join(output.get("text", "") for output in notebook.cells[-1].outputs)
+    assert printed == "address: None\nsockets: []\n"
+    assert scores(course, ["ada"], [ASSIGNMENT])["ada", ASSIGNMENT][0] == EXPECTED["ada"]
 
 
 @pytest.mark.parametrize(
@@ -210,7 +248,8 @@ def test_each_job_gets_gpus_of_its_own(monkeypatch, tmp_path):
     monkeypatch.setattr(class_grading, "fingerprint", lambda folder: "")
     held, seen = set(), []
 
-    def fake_grade(course, assignment, student, db, gpus, timeout_s, live):
+    def fake_grade(lane, course, assignment, student, db, timeout_s):
+        gpus = lane.gpus
         assert not held & set(gpus), "two jobs share a GPU"
         held.update(gpus)
         seen.append(len(held) // 2)
@@ -239,11 +278,12 @@ def test_on_a_gpu_runner_concurrent_students_never_share_a_gpu(course, monkeypat
     """Real nbgrader on NCCL: two students at a time, each with GPUs no other running job has."""
     held, shared, real_grade_one = set(), [], class_grading.grade_one
 
-    def watched(course, assignment, student, db, gpus, timeout_s, live):
+    def watched(lane, course, assignment, student, db, timeout_s):
+        gpus = lane.gpus
         shared.extend(held & set(gpus))
         held.update(gpus)
         try:
-            return real_grade_one(course, assignment, student, db, gpus, timeout_s, live)
+            return real_grade_one(lane, course, assignment, student, db, timeout_s)
         finally:
             held.difference_update(gpus)
 

@@ -119,3 +119,32 @@ def test_a_second_world_size_reuses_the_own_launcher_run_of_the_first(solution_c
         assert own_launcher_verdict(server, solution_copy, tmp_path, 3).status == "passed"  # none saved: run here
     finally:
         server.stop()
+
+
+def test_a_shared_grader_kills_the_grading_of_a_client_that_hangs_up_and_serves_the_next(tmp_path, solution_copy):
+    """A class's autograde keeps one grader per job: a student's nbgrader killed mid-grading
+    takes its grading down with it, and the next student's nbgrader is served."""
+    from conftest import processes_mentioning
+
+    socket_path = str(tmp_path / "grader.sock")
+    server = notebook.client.GraderServer(socket_path)
+    try:
+        server.wait_ready()
+        idle = {p.pid for p in processes_mentioning(socket_path)}
+        shutil.copy(CASES / "hang_recv.py", tmp_path / "hang_recv.py")
+        client = notebook.client.SharedGraderServer(socket_path)
+        request = {"path": str(tmp_path / "hang_recv.py"), "exercise": "linear_regression", "world_size": 2}
+        client.send(request | {"backend": "auto", "timeout_s": 300, "report_path": str(tmp_path / "hang.json")})
+        deadline = time.monotonic() + 30
+        while len(processes_mentioning(socket_path)) < len(idle) + 3 and time.monotonic() < deadline:
+            time.sleep(0.1)  # until its grading has started its ranks
+        assert len(processes_mentioning(socket_path)) >= len(idle) + 3
+        client.stop()
+        deadline = time.monotonic() + 10
+        while {p.pid for p in processes_mentioning(socket_path)} != idle and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert {p.pid for p in processes_mentioning(socket_path)} == idle
+        next_client = notebook.client.SharedGraderServer(socket_path)
+        assert own_launcher_verdict(next_client, solution_copy, tmp_path, 2).status == "passed"
+    finally:
+        server.stop()

@@ -14,19 +14,22 @@ serial run would; it never stops the others. A rerun grades only the
 students whose submitted folder changed since they were last graded
 (fingerprints in .autograde-state.json), unless forced.
 
+Each job is a lane: a warm grader (autograder.notebook.server) of its own,
+started once, that the out-of-kernel grading of every student it takes
+connects to (DDP_GRADER_SOCKET), so a class pays for starting Python and
+torch once per job rather than once per student. A lane whose student was
+killed gets a fresh grader.
+
 On a GPU runner each job gets GPUs of its own through CUDA_VISIBLE_DEVICES,
-packed so that no GPU is shared (`gpu_slots`).
+packed so that no GPU is shared (`gpu_slots`); its grader sees only those.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -37,8 +40,11 @@ from pathlib import Path
 
 from rich.markup import escape
 
+from .._process import NoAnswer
 from ..errors import CannotGrade
+from ..notebook.client import SOCKET_VARIABLE, GraderServer
 from .gradebook import merge
+from .warm_nbgrader import WarmNbgrader
 
 STATE_FILE = ".autograde-state.json"
 DEFAULT_STUDENT_TIMEOUT_S = 1800.0
@@ -207,64 +213,78 @@ def nbgrader_env(gpus: list[str] | None = None) -> dict[str, str]:
     return env
 
 
+def autograde_args(assignment: str, student: str, db: Path | str) -> list[str]:
+    """nbgrader's own autograde of one student, into the gradebook at `db`: what follows `nbgrader`."""
+    return ["autograde", assignment, "--student", student, "--force", f"--db=sqlite:///{db}"]
+
+
 def autograde_command(assignment: str, student: str, db: Path | str) -> list[str]:
-    """nbgrader's own autograde of one student, into the gradebook at `db`."""
-    return [
-        sys.executable,
-        "-m",
-        "nbgrader",
-        "autograde",
-        assignment,
-        "--student",
-        student,
-        "--force",
-        f"--db=sqlite:///{db}",
-    ]
+    return [sys.executable, "-m", "nbgrader", *autograde_args(assignment, student, db)]
 
 
-def grade_one(
-    course: Path,
-    assignment: str,
-    student: str,
-    db: Path,
-    gpus: list[str] | None,
-    timeout_s: float,
-    live: set | None = None,
-) -> Outcome:
-    """nbgrader's own autograde of one student, into the gradebook at `db`. While it runs,
-    its process is in `live`, for a caller that must stop everything at once."""
-    command = autograde_command(assignment, student, db)
-    started = time.monotonic()
-    # A session of its own: at the timeout, nbgrader and all in its session go together (its kernel,
-    # in a session of its own, dies with it). The log goes to a file: nothing waits on a pipe's end.
-    with tempfile.TemporaryFile("w+") as log:
-        process = subprocess.Popen(
-            command,
-            cwd=course,
-            env=nbgrader_env(gpus),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        if live is not None:
-            live.add(process)
+@dataclass
+class Lane:
+    """One job's share of the machine: its GPUs (None: as they are; []: hidden), the
+    warm nbgrader that each of its students is forked from, and the warm grader
+    that grades their notebooks. Both start with the lane's first student; after a
+    student who was killed, or one that took a helper down, both start afresh."""
+
+    gpus: list[str] | None
+    folder: Path  # private (0700): the grader's socket and the logs
+    number: int
+    nbgrader: WarmNbgrader | None = None
+    grader: GraderServer | None = None
+
+    @property
+    def socket_path(self) -> Path:
+        return self.folder / f"grader-{self.number}.sock"
+
+    def autograde(self, argv: list[str], course: Path, log: Path, timeout_s: float) -> tuple[int | None, str]:
+        """(nbgrader ARGV's exit status, None if it was killed; why it was killed)."""
+        if self.nbgrader is None or not self.nbgrader.alive():
+            self._start()
         try:
-            code = process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            code = None
-        finally:
-            if live is not None:
-                live.discard(process)
-        log.seek(0)
-        output = log.read()
+            code, why = self.nbgrader.run(argv, str(course), self._env(), str(log), timeout_s), "timed out"
+        except NoAnswer as error:
+            code, why = None, f"stopped: {error}"
+        if code is None or (self.grader is not None and not self.grader.alive()):
+            self.stop()
+        return code, why
+
+    def _start(self) -> None:
+        self.stop()
+        env = nbgrader_env(self.gpus)
+        self.socket_path.unlink(missing_ok=True)
+        self.grader, self.nbgrader = GraderServer(str(self.socket_path), env=env), WarmNbgrader(env=env)
+        try:
+            self.grader.wait_ready()
+        except NoAnswer:  # then each notebook starts a grader of its own, as under plain nbgrader
+            self.grader = None
+
+    def _env(self) -> dict[str, str]:
+        env = nbgrader_env(self.gpus)
+        if self.grader is not None and self.grader.alive():
+            env[SOCKET_VARIABLE] = str(self.socket_path)
+        return env
+
+    def stop(self) -> None:
+        for helper in (self.nbgrader, self.grader):
+            if helper is not None:
+                helper.stop()
+        self.nbgrader = self.grader = None
+
+
+def grade_one(lane: Lane, course: Path, assignment: str, student: str, db: Path, timeout_s: float) -> Outcome:
+    """nbgrader's own autograde of one student, in `lane`, into the gradebook at `db`."""
+    started = time.monotonic()
+    log = lane.folder / f"{student}.log"
+    code, why = lane.autograde(autograde_args(assignment, student, db), course, log, timeout_s)
+    output = log.read_text(errors="replace") if log.exists() else ""
+    log.unlink(missing_ok=True)
     if code is None:
-        output += f"\nKilled: the grading took longer than {timeout_s:g} s."
+        output += f"\nKilled: the grading took longer than {timeout_s:g} s." if why == "timed out" else f"\n{why}"
     seconds = time.monotonic() - started
-    return Outcome(student, code, seconds, log_tail(output) if code != 0 else "")
+    return Outcome(student, code, seconds, log_tail(output) if code != 0 else "", why)
 
 
 def log_tail(log: str) -> str:
@@ -348,41 +368,43 @@ def autograde(
     slots = _slots(backend, gpus_per_job, jobs)
     run = ClassRun(assignment, unchanged=unchanged)
     started = time.monotonic()
-    private_dir = Path(tempfile.mkdtemp(prefix="ddp-autograde-"))
-    free, lock, running, live = list(slots), threading.Lock(), set(), set()
+    private_dir = Path(tempfile.mkdtemp(prefix="ddp-autograde-"))  # 0700: the graders' sockets are in it
+    width = min(jobs, len(slots)) if slots else jobs
+    hidden = [] if backend == "gloo" else None  # []: the GPUs hidden
+    lanes = [Lane(slots[n] if slots else hidden, private_dir, n) for n in range(width)]
+    free, lock, running = list(lanes), threading.Lock(), set()
 
     def one(student: str) -> Outcome:
         db = private_dir / f"{student}.db"
         shutil.copyfile(course / "gradebook.db", db)  # nothing writes the course's gradebook until the merge
         with lock:
-            gpus = free.pop() if slots else ([] if backend == "gloo" else None)  # []: the GPUs hidden
+            lane = free.pop()
             running.add(student)
             progress.started(set(running))
         try:
-            outcome = grade_one(course, assignment, student, db, gpus, timeout_s, live)
+            outcome = grade_one(lane, course, assignment, student, db, timeout_s)
         finally:
             with lock:
-                if slots:
-                    free.append(gpus)
+                free.append(lane)
                 running.discard(student)
                 progress.finished(outcome, set(running))
         return outcome
 
     progress.begin(len(chosen), unchanged)
     try:
-        width = min(jobs, len(slots)) if slots else jobs
         with ThreadPoolExecutor(max_workers=width) as pool:
             try:
                 run.graded = list(pool.map(one, chosen))
             except BaseException:  # an interrupt: nothing of this run may go on grading
-                for process in list(live):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(process.pid, signal.SIGKILL)
+                for lane in lanes:
+                    lane.stop()
                 pool.shutdown(cancel_futures=True)
                 raise
         gradebooks = {o.student: private_dir / f"{o.student}.db" for o in run.graded}
         record_grades(course, assignment, run.graded, gradebooks, {s: fingerprint(f) for s, f in chosen.items()})
     finally:
+        for lane in lanes:
+            lane.stop()
         shutil.rmtree(private_dir, ignore_errors=True)
     run.seconds = time.monotonic() - started
     return run

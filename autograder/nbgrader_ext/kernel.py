@@ -53,6 +53,7 @@ from ..launch.sandbox import (
     unshare,
     why_unavailable,
 )
+from ..notebook.client import SOCKET_VARIABLE
 
 KERNEL_UID = UID_BASE - 1  # below every rank's block
 
@@ -109,6 +110,7 @@ def run(command: list[str], connection_file: str) -> int:
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         become(KERNEL_UID)
         os.chdir(folder)
+        os.environ.pop(SOCKET_VARIABLE, None)  # the class's warm grader is nbgrader's, never the student's
         os.execvp(command[0], command)
     _, status = os.waitpid(kernel, 0)
     os.kill(init, signal.SIGKILL)

@@ -15,7 +15,7 @@ from traitlets import Float, Unicode
 
 from ..exercises import by_assignment
 from ..launch import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE
-from ..notebook.client import GraderServer, GradingFailed
+from ..notebook.client import GraderServer, GradingFailed, autograde_server
 from ..notebook.grade_cells import failure_lines, heading
 from ..reports import json_report
 
@@ -144,7 +144,7 @@ class GradeDDPCellsOutOfKernel(NbGraderPreprocessor):
             path.parent.mkdir()
             path.write_text(program, encoding="utf-8")
             own_launcher = Path(folder) / "own_launcher.json"
-            server = GraderServer()
+            server = autograde_server()
             try:
                 for world_size in world_sizes:
                     reports[world_size] = self.grade_one(server, path, exercise, world_size, own_launcher)

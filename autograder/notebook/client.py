@@ -7,19 +7,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import select
-import signal
-import subprocess
-import sys
+import socket
 import tempfile
 from pathlib import Path
 
+from .._process import STARTUP_S, NoAnswer, WarmProcess
 from ..judge.verdict import Report
 from ..launch import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE
 from ..reports import json_report
 
 # The grader's own deadline, plus time to start Python and write the report.
-STARTUP_MARGIN_S = 60
+STARTUP_MARGIN_S = STARTUP_S
 _cache: dict[tuple, Report] = {}
 
 
@@ -27,50 +25,55 @@ class GradingFailed(RuntimeError):
     """The grader itself could not produce a report."""
 
 
-class GraderServer:
+class GraderServer(WarmProcess):
     """A warm grader (autograder.notebook.server): one per kernel, restarted if it
-    dies or stops answering; and one per notebook that nbgrader's autograde grades."""
+    dies or stops answering; and one per notebook that nbgrader's autograde grades,
+    or one per job of a class's autograde (socket_path: it answers there)."""
 
-    def __init__(self):
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "autograder.notebook.server"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,
-        )  # its own group, so it can be killed whole
-        self.ready = False
+    module = "autograder.notebook.server"
+    name = "the grader"
 
-    def _answer(self, timeout_s: float) -> dict:
-        ready, _, _ = select.select([self.process.stdout], [], [], timeout_s)
-        line = self.process.stdout.readline() if ready else ""
-        if not line:
-            self.stop()
-            raise GradingFailed(
-                f"The grader did not answer within {timeout_s:g} s."
-                if not ready
-                else "The grader stopped unexpectedly."
-            )
-        return json.loads(line)
+    def __init__(self, socket_path: str | None = None, env: dict[str, str] | None = None):
+        super().__init__(*(["--socket", socket_path] if socket_path else []), env=env)
 
     def grade(self, request: dict, timeout_s: float) -> int:
-        if not self.ready:
-            self._answer(STARTUP_MARGIN_S)  # the "ready" line, once torch is imported
-            self.ready = True
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
-        return self._answer(timeout_s)["exit"]
+        try:
+            self.send(request)
+            return self.answer(timeout_s)["exit"]
+        except NoAnswer as error:
+            raise GradingFailed(str(error)) from None
+
+
+class SharedGraderServer(GraderServer):
+    """A connection to the warm grader that a class's autograde keeps for its job.
+    Stopping it hangs up, which kills a grading still running."""
+
+    def __init__(self, socket_path: str):
+        self.client = socket.socket(socket.AF_UNIX)
+        self.client.connect(socket_path)
+        self.requests, self.answers = self.client.makefile("w"), self.client.makefile("r")
+        self.ready = False
 
     def alive(self) -> bool:
-        return self.process.poll() is None
+        return self.client.fileno() != -1
 
     def stop(self) -> None:
+        for channel in (self.requests, self.answers, self.client):
+            channel.close()
+
+
+SOCKET_VARIABLE = "DDP_GRADER_SOCKET"  # set by a class's autograde: the shared warm grader of the job
+
+
+def autograde_server() -> GraderServer:
+    """The warm grader that grades one notebook under nbgrader's autograde."""
+    path = os.environ.get(SOCKET_VARIABLE)
+    if path:
         try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
+            return SharedGraderServer(path)
+        except OSError:  # it is gone: grade with a grader of this notebook's own
             pass
-        self.process.wait()
+    return GraderServer()
 
 
 _server: GraderServer | None = None
