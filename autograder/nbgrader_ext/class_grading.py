@@ -14,11 +14,12 @@ serial run would; it never stops the others. A rerun grades only the
 students whose submitted folder changed since they were last graded
 (fingerprints in .autograde-state.json), unless forced.
 
-Each job is a lane: a warm grader (autograder.notebook.server) of its own,
-started once, that the out-of-kernel grading of every student it takes
-connects to (DDP_GRADER_SOCKET), so a class pays for starting Python and
-torch once per job rather than once per student. A lane whose student was
-killed gets a fresh grader.
+Each job is a lane with two warm helpers, started once: a grader
+(autograder.notebook.server) that the out-of-kernel grading of every student
+it takes connects to (DDP_GRADER_SOCKET), and an nbgrader (warm_nbgrader)
+that each student's `nbgrader autograde` is forked from; so a class pays for
+importing torch and nbgrader once per job rather than once per student. A
+lane whose student was killed gets fresh helpers.
 
 On a GPU runner each job gets GPUs of its own through CUDA_VISIBLE_DEVICES,
 packed so that no GPU is shared (`gpu_slots`); its grader sees only those.
