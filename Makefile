@@ -1,11 +1,12 @@
 # Two entry points, each doing its own set-up on a fresh machine:
 #   make demo   grade the bundled sample submissions with nbgrader and show the grades
 #   make test   run the test suite
+#   make quick  the tests that start no process (a minute or two): run it after every edit
 PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test setup
+.PHONY: demo test quick setup
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -22,3 +23,8 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python -m pytest -q
+
+quick: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/python -m pytest -q -m "not processes"

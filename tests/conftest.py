@@ -1,7 +1,17 @@
-"""Shared test helpers: where things are, and how to see leftover processes."""
+"""Shared test helpers: where things are, how to see leftover processes, and
+the two tiers of the suite.
+
+The tiers are declared here and nowhere else. A test starts processes (ranks,
+kernels, nbgrader, chromium, Slurm) when it uses one of PROCESS_FIXTURES or
+lives in one of PROCESS_MODULES; it then gets the `processes` marker, and
+`make quick` (pytest -m "not processes") leaves it out. Every other test is
+forbidden to start a process: the `quick_tier_starts_no_process` guard fails
+it, naming this file, so the quick tier cannot slowly fill with slow tests.
+"""
 
 from __future__ import annotations
 
+import _posixsubprocess
 import os
 import shutil
 import subprocess
@@ -27,6 +37,73 @@ CHROMIUM_FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+
+
+# Fixtures that start processes: any test that uses one is in the slow tier.
+PROCESS_FIXTURES = frozenset(
+    {
+        "no_leftover_ranks",  # every test that grades for real asks for it
+        "graded",  # test_checks: the catalogue, graded
+        "correct",  # test_reports: real reports
+        "no_sampler",
+        "any_report",  # one of the three, by name
+        "mistakes",
+        "bundle",  # test_gradescope: the zip, built and run
+        "grader",  # test_tamper: the CLI as root and as nobody
+        "solution_copy",  # test_notebook_check: the warm grader
+        "regenerated",  # test_release: nbgrader generate_assignment
+    }
+)
+# Modules whose every test starts processes, beyond what their fixtures say.
+PROCESS_MODULES = frozenset(
+    {
+        "test_browser",
+        "test_class_grading",
+        "test_gpu",
+        "test_kernel_sandbox",
+        "test_launchers",
+        "test_nbgrader",
+        "test_notebook_check",  # the warm grader, a server process
+        "test_robustness",
+        "test_slurm",
+        "test_torchrun",
+    }
+)
+
+
+def starts_processes(item) -> bool:
+    return bool(PROCESS_FIXTURES & set(getattr(item, "fixturenames", ()))) or item.module.__name__ in PROCESS_MODULES
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if starts_processes(item):
+            item.add_marker(pytest.mark.processes)
+
+
+class StartsAProcess(AssertionError):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def quick_tier_starts_no_process(request, monkeypatch):
+    """A test of the quick tier that starts a process fails: it belongs in the slow tier."""
+    if request.node.get_closest_marker("processes"):
+        yield
+        return
+
+    def refuse(*args, **kwargs):
+        raise StartsAProcess(
+            f"{request.node.nodeid} starts a process, so it belongs to the slow tier: give it a fixture of "
+            "PROCESS_FIXTURES (no_leftover_ranks, for a real grading) or add its module to PROCESS_MODULES, "
+            "in tests/conftest.py"
+        )
+
+    for module, name in ((os, "fork"), (os, "forkpty"), (os, "posix_spawn"), (os, "posix_spawnp")):
+        monkeypatch.setattr(module, name, refuse)
+    monkeypatch.setattr(subprocess, "_fork_exec", refuse)
+    monkeypatch.setattr(_posixsubprocess, "fork_exec", refuse)  # multiprocessing's spawn
+    yield
 
 
 def robustness_case(case: str, folder: Path) -> Path:

@@ -4,13 +4,12 @@ one line of a solution or a hidden test."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import nbformat
 
+from autograder.__main__ import main
 from autograder.exercises import ASSIGNMENTS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,10 +61,7 @@ def secret_passages() -> set[str]:
 
 def test_the_bundle_holds_the_release_and_the_grader_and_no_answer(tmp_path):
     bundle = tmp_path / "ddp-course-student.zip"
-    done = subprocess.run(
-        [sys.executable, "-m", "autograder", "student-bundle", "-o", str(bundle)], capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
+    assert main(["student-bundle", "-o", str(bundle)]) == 0
     with zipfile.ZipFile(bundle) as archive:
         names = archive.namelist()
         text = "\n".join(readable(name, archive.read(name)) for name in names)

@@ -11,7 +11,7 @@ from conftest import SOLUTIONS, run_cli
 from autograder.__main__ import main
 
 
-def test_a_correct_submission_exits_0_with_the_json_contract(tmp_path):
+def test_a_correct_submission_exits_0_with_the_json_contract(tmp_path, no_leftover_ranks):
     report_path = tmp_path / "report.json"
     result = run_cli(
         "check",

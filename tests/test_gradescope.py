@@ -18,6 +18,7 @@ import mistakes
 import pytest
 from conftest import ROBUSTNESS, SOLUTIONS, run_cli
 
+from autograder.__main__ import main
 from autograder.exercises import EXERCISES
 from autograder.gradescope import run as gradescope_run
 from autograder.grading import judge
@@ -252,9 +253,9 @@ def test_check_gradescope_writes_what_run_autograder_writes(bundle, tmp_path):
     assert same(written) == same(expected) and written["score"] == expected["score"]
 
 
-def test_the_zip_is_refused_with_a_message_for_an_unknown_exercise_or_an_unwritable_path(tmp_path):
-    unknown = run_cli("gradescope", "word_count", "-o", str(tmp_path / "a.zip"))
-    assert unknown.returncode == 2 and "invalid choice: 'word_count'" in unknown.stderr
-    unwritable = run_cli("gradescope", "linear_regression", "-o", str(tmp_path / "no" / "such" / "a.zip"))
-    assert unwritable.returncode == 2 and "No autograder zip:" in unwritable.stderr
+def test_the_zip_is_refused_with_a_message_for_an_unknown_exercise_or_an_unwritable_path(tmp_path, capsys):
+    assert main(["gradescope", "word_count", "-o", str(tmp_path / "a.zip")]) == 2
+    assert "invalid choice: 'word_count'" in capsys.readouterr().err
+    assert main(["gradescope", "linear_regression", "-o", str(tmp_path / "no" / "such" / "a.zip")]) == 2
+    assert "No autograder zip:" in capsys.readouterr().err
     assert not (tmp_path / "no").exists()

@@ -11,6 +11,7 @@ import random
 from pathlib import Path
 
 import pytest
+import test_checks
 from test_checks import TABLE
 
 from autograder.exercises import EXERCISES
@@ -20,13 +21,11 @@ from autograder.judge.checks import CHECKS, run_checks
 from autograder.judge.records import RunRecords
 from autograder.launch import RankStatus
 from autograder.submission import Submission
-from tools.record_fixtures import FIXTURES, fixture_name, fixture_path, load, source_sha256
+from tools import record_fixtures
+from tools.record_fixtures import FIXTURES, RERECORD, fixture_name, fixture_path, load, why_stale
 
-# A torchrun program's grading is three jobs of restarted workers, which fixtures do not
-# hold: test_checks.py grades those rows for real.
-RECORDED = [pytest.param(row, id=row.id) for row in TABLE if EXERCISES[row.exercise].launcher == "mp"]
+RECORDED = [pytest.param(row, id=row.id) for row in TABLE]
 REFERENCE = "linear_regression__linear_regression_ddp@2"
-RERECORD = "run `python -m tools.record_fixtures"
 # The checks that need every rank to have finished: on a run that stopped early they fail as not reached.
 NEED_THE_WHOLE_RUN = {"rank0_logs", "cleanup", "launcher"}
 CPU_RUN = {"gpu_device"}  # cannot apply: 0 of 0 points, whatever happened
@@ -71,16 +70,14 @@ def stop(data: dict, rank: int, keep: int, status: RankStatus, exit_code: int | 
 
 
 @pytest.mark.parametrize("row", RECORDED)
-def test_each_recorded_run_gets_the_catalogue_s_verdict(row):
+def test_each_recorded_run_gets_everything_the_catalogue_says_of_it(row):
+    """test_checks.py's assertions, on the report judged from the row's recording."""
     path = fixture_path(row)
     assert path.is_file(), f"no fixture for {row.id}: {RERECORD} {fixture_name(row)}`"
-    found = verdicts(_loaded(fixture_name(row)))
-    assert statuses(found, "failed") == set(row.failed)
-    assert statuses(found, "skipped") == row.skipped
-    for check_id, says in row.failed.items():
-        assert says.message in found[check_id].message, check_id
-        assert says.hint in found[check_id].hint, check_id
-        assert says.reached == found[check_id].reached, check_id
+    reference = test_checks.REFERENCES[row.exercise]
+    program = reference if row.submission == "reference" else Path(f"{row.submission}.py")
+    submission = Submission(program, False, record_fixtures.source(row))
+    test_checks.assert_everything_the_row_says(row, judge(submission, RunRecords.from_dict(fixture(fixture_name(row)))))
 
 
 def test_every_recorded_event_fits_the_schema():
@@ -97,14 +94,28 @@ def test_every_recorded_event_fits_the_schema():
             assert not rank.get("malformed") or "forged" in path.name, path.name
 
 
-def test_every_fixture_was_recorded_from_its_submission_as_it_is_now():
-    stale = [
-        fixture_name(row)
+def test_every_fixture_was_recorded_from_its_submission_and_by_the_probes_as_they_are_now():
+    stale = {
+        fixture_name(row): why
         for row in TABLE
-        if fixture_path(row).is_file()
-        and _loaded(fixture_name(row)).get("recorded_from", {}).get("sha256") != source_sha256(row)
-    ]
-    assert not stale, f"recorded from another version of the submission: {RERECORD} {' '.join(stale)}`"
+        if fixture_path(row).is_file() and (why := why_stale(row, _loaded(fixture_name(row))))
+    }
+    assert not stale, f"stale fixtures, {RERECORD} {' '.join(stale)}`: {stale}"
+
+
+def test_a_change_to_a_probe_or_the_event_schema_makes_every_fixture_stale(tmp_path, monkeypatch):
+    row = next(row for row in TABLE if fixture_name(row) == REFERENCE)
+    saved = _loaded(REFERENCE)
+    assert why_stale(row, saved) is None
+    probes = tmp_path / "probes"
+    probes.mkdir()
+    for path in record_fixtures.PRODUCERS[0].glob("*.py"):
+        (probes / path.name).write_bytes(path.read_bytes())
+    monkeypatch.setattr(record_fixtures, "PRODUCERS", (probes, record_fixtures.PRODUCERS[1]))
+    assert why_stale(row, saved) is None, "the same probes, elsewhere, are not a change"
+    with (probes / "sampler.py").open("a") as probe:
+        probe.write("# an edit\n")
+    assert "other probes" in why_stale(row, saved)
 
 
 def test_every_fixture_is_a_row_of_the_catalogue():
@@ -273,22 +284,33 @@ def test_a_submission_that_could_not_run_fails_every_check_with_its_problem():
     assert failed == {("Not checked: the code could not run.", "Fix line 3.", False)}
 
 
+def _cut(rng: random.Random, stream: list) -> list:
+    """A record stream that ends early, maybe with its last event sent twice."""
+    return stream[: rng.randrange(len(stream) + 1)] + stream[-1:] * rng.randrange(2)
+
+
+def _cut_attempts(rng: random.Random, launch: dict) -> dict:
+    """A torchrun job's launch with each worker's stream of each attempt cut, its other jobs too."""
+    attempts = [[_cut(rng, stream) for stream in attempt] for attempt in launch["attempts"]]
+    jobs = {name: _cut_attempts(rng, job) for name, job in launch["jobs"].items()}
+    return launch | {"attempts": attempts, "jobs": jobs}
+
+
 def test_random_truncations_never_crash_the_judge_and_fail_closed():
     rng = random.Random(0)
     for path in sorted(FIXTURES.glob("*.json.gz")):
         data = _loaded(path.name.removesuffix(".json.gz"))
+        checks = EXERCISES[data["exercise"]].checks
         for _ in range(5):
-            cut = data | {"ranks": []}  # the judge edits nothing: the events can be shared
-            for rank in data["ranks"]:
-                stream = rank["events"]
-                stream = stream[: rng.randrange(len(stream) + 1)] + stream[-1:] * rng.randrange(2)
-                cut["ranks"].append(rank | {"events": stream})
+            cut = data | {"ranks": [rank | {"events": _cut(rng, rank["events"])} for rank in data["ranks"]]}
+            if data["launch"] and data["launch"]["attempts"]:  # the checks of a torchrun program read every attempt
+                cut["launch"] = _cut_attempts(rng, data["launch"])
             lost_rank_done = any(all(e["kind"] != "rank_done" for e in r["events"]) for r in cut["ranks"])
-            found = verdicts(cut)  # must not raise
-            assert len(found) == len(EXERCISES[data["exercise"]].checks)
+            found = verdicts(cut)  # must not raise; the judge edits nothing, so the events can be shared
+            assert len(found) == len(checks)
             if lost_rank_done:
-                assert statuses(found, "skipped") == CPU_RUN, path.name
-                assert NEED_THE_WHOLE_RUN <= statuses(found, "failed"), path.name
+                assert statuses(found, "skipped") == CPU_RUN & set(checks), path.name
+                assert NEED_THE_WHOLE_RUN & set(checks) <= statuses(found, "failed"), path.name
 
 
 # --- the schema's defaults ---------------------------------------------------------
@@ -554,6 +576,13 @@ def test_on_gpus_the_backend_and_the_device_are_judged():
     found = verdicts(data)
     assert "created its process group with the gloo backend, but this run uses nccl" in found["process_group"].message
     assert "created its process group before choosing its GPU" in found["gpu_device"].message
+
+
+def test_on_gpus_a_program_that_ran_and_never_made_a_group_is_judged_not_crashed_on():
+    data = fixture("linear_regression__blank_main@2")  # every rank finished, having done nothing
+    data["backend"] = "nccl"
+    gpu = verdicts(data)["gpu_device"]
+    assert gpu.status == "failed" and "Could not confirm GPU placement: rank 0 finished without doing it" in gpu.message
 
 
 def test_a_probe_that_failed_is_shown_as_a_grader_problem():

@@ -71,9 +71,8 @@ def assert_tampering(report: dict, says: str) -> None:
 
 @needs_sandbox
 def test_records_appended_to_files_count_for_nothing(grader):
-    honest = grade("linear_regression/blank_main", grader)
-    forged = grade("tamper/writes_record_files", grader)
-    assert forged["score"] == honest["score"] == 0
+    # What the blank main they pad out would get: test_checks grades that row (blank_main) to 0.
+    assert grade("tamper/writes_record_files", grader)["score"] == 0
 
 
 @needs_sandbox
@@ -92,8 +91,7 @@ def test_facts_recorded_through_the_probes_state_are_tampering(grader):
     ],
 )
 def test_a_save_the_probes_do_not_see_is_still_seen(grader, attack):
-    honest = grade("linear_regression/all_ranks_save", grader)
-    assert honest["score"] < honest["max_score"]
+    # Saving on every rank openly loses points (test_checks' row all_ranks_save); hidden, it loses them all.
     assert_tampering(grade(f"tamper/{attack}", grader), "rank 1 wrote linear_regression.pt")
 
 
@@ -120,7 +118,8 @@ def test_a_daemon_neither_outlives_the_run_nor_touches_the_report(grader):
 @needs_sandbox
 def test_the_grader_cannot_be_stopped_from_a_rank(grader, request):
     started = time.monotonic()
-    report = grade("tamper/stops_the_grader", grader, "--timeout", "30")
+    # Time for the graded run to finish; what the stopped processes leave is waited out.
+    report = grade("tamper/stops_the_grader", grader, "--timeout", "20")
     if "unprivileged" in request.node.name:
         # One user outside: rank 0 may stop rank 1, and so its own run; never the grader.
         assert report["error"] is None or report["error"].startswith("The run did not finish within the time limit")
@@ -195,7 +194,7 @@ def test_a_process_flood_ends_at_the_limit_and_leaves_nothing(grader):
 
 
 @needs_sandbox
-def test_a_rank_that_spins_is_stopped_at_its_cpu_time(tmp_path):
+def test_a_rank_that_spins_is_stopped_at_its_cpu_time(tmp_path, no_leftover_ranks):
     path = write_submission("tamper/spins", tmp_path)
     report = grading.grade(path, "linear_regression", limits=Limits(cpu_seconds=2), sandbox="required")
     assert "rank 0 used up its 2 s of CPU time, so the kernel stopped it" in report.error
@@ -208,7 +207,7 @@ def test_instructor_grading_refuses_to_run_without_a_sandbox(monkeypatch, tmp_pa
         grading.record(ROOT / "solutions" / "linear_regression_ddp.py", "linear_regression", sandbox="required")
 
 
-def test_unsandboxed_grading_says_so_in_the_report(tmp_path):
+def test_unsandboxed_grading_says_so_in_the_report(tmp_path, no_leftover_ranks):
     done = run_cli(
         "check",
         str(ROOT / "solutions" / "linear_regression_ddp.py"),

@@ -23,8 +23,9 @@ SLACK_S = 25  # interpreter starts, torch imports, killing; the machine is share
 def test_a_restart_that_never_resumes_ends_at_the_one_deadline(tmp_path, no_leftover_ranks):
     path = write_submission("robustness/torchrun_hangs_after_restart", tmp_path)
     started = time.monotonic()
-    report = grading.grade(path, FT, timeout_s=40)
-    assert time.monotonic() - started < 40 + SLACK_S
+    # Time for the reference job (about 5 s) and the faulted job's restart, not much more: it is waited out.
+    report = grading.grade(path, FT, timeout_s=25)
+    assert time.monotonic() - started < 25 + SLACK_S
     # The reference run finished; the restarted workers hung until the deadline, so the two-node run never ran.
     assert failed_ids(report) == NEEDS_THE_RESTART | {"snapshot_rank0"}
     resumed = report.check("resumed")

@@ -10,7 +10,10 @@ in that folder, without .json.gz) record only those rows. Re-record after a
 change to a probe, to the event schema or to a catalogue submission: the tests
 fail while a fixture no longer fits the schema or was recorded from another
 version of its submission (each fixture keeps the SHA-256 of the source it
-ran, under "recorded_from", which `RunRecords.from_dict` ignores).
+ran and of what recorded it, under "recorded_from", which
+`RunRecords.from_dict` ignores). What recorded it is the rank's probes and
+the event schema (`producer_sha256`): a fixture recorded by other probes
+than today's is stale, and the fast tests say so.
 
 To keep the folder small, what no check reads is trimmed:
 - each rank's printed output (and the student's launcher's), to its last
@@ -43,6 +46,9 @@ ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 FIXTURES = TESTS / "fixtures" / "runs"
 OUTPUT_CHARS = 2000
+RERECORD = "re-record with `python -m tools.record_fixtures"
+# What writes the records a fixture holds: a change to any of these makes every fixture stale.
+PRODUCERS = (ROOT / "autograder" / "rank" / "probes", ROOT / "autograder" / "judge" / "events.py")
 
 
 def fixture_name(row) -> str:
@@ -75,10 +81,34 @@ def source_sha256(row) -> str:
     return hashlib.sha256(source(row).encode()).hexdigest()
 
 
+def producer_sha256() -> str:
+    """One hash of the probes' sources and the event schema, file by file."""
+    digest = hashlib.sha256()
+    for root in PRODUCERS:
+        for path in sorted(root.rglob("*.py")) if root.is_dir() else [root]:
+            digest.update(f"{path.relative_to(root.parent)}\0{len(path.read_bytes())}\0".encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def recorded_from(row) -> dict:
+    return {"submission": row.id, "sha256": source_sha256(row), "producers": producer_sha256()}
+
+
+def why_stale(row, saved: dict) -> str | None:
+    """Why a fixture no longer shows what its row's run records today; None if it does."""
+    stamp = saved.get("recorded_from", {})
+    if stamp.get("sha256") != source_sha256(row):
+        return "recorded from another version of the submission"
+    if stamp.get("producers") != producer_sha256():
+        return "recorded by other probes or another event schema than today's (autograder/rank/probes/, events.py)"
+    return None
+
+
 def trimmed(data: dict) -> dict:
     """`RunRecords.to_dict()` without what no check reads (see the module docstring)."""
     data = copy.deepcopy(data)
-    outcomes = list((data["launch"] or {}).get("ranks", []))
+    outcomes = _outcomes(data["launch"]) if data["launch"] else []
     if data.get("own_launcher") and data["own_launcher"]["outcome"]:
         outcomes.append(data["own_launcher"]["outcome"])
     for outcome in outcomes:
@@ -91,6 +121,13 @@ def trimmed(data: dict) -> dict:
             for end in (e for e in rank["events"] if e["kind"] == "training_end"):
                 end["losses"] = []
     return data
+
+
+def _outcomes(launch: dict) -> list[dict]:
+    """Every process's outcome in a saved launch: its ranks, a torchrun job's
+    attempts and agents, and the grading's other torchrun jobs."""
+    found = [*launch["ranks"], *launch["agents"], *(o for attempt in launch["attempt_outcomes"] for o in attempt)]
+    return found + [o for job in launch["jobs"].values() for o in _outcomes(job)]
 
 
 def verdicts(run: RunRecords) -> list:
@@ -131,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 path = mistakes.write_submission(f"{row.exercise}/{row.submission}", Path(folder) / row.exercise)
             _, run = record(path, row.exercise, world_size=row.world_size, backend="gloo", fork_from_here=False)
-            save(run, fixture_path(row), {"submission": row.id, "sha256": source_sha256(row)})
+            save(run, fixture_path(row), recorded_from(row))
             print(f"recorded {fixture_path(row).relative_to(ROOT)}", flush=True)
     return 0
 

@@ -123,8 +123,8 @@ def _not_runnable(run: RunRecords) -> Outcome | None:
 def _stopping_rank(run: RunRecords) -> int:
     """The rank that stopped the run, as the report's headline names it."""
     rank = run.root_cause_rank
-    if rank is None:  # the launcher saw every rank finish, yet the records say otherwise
-        rank = next(r.rank for r in run.ranks if not r.finished)
+    if rank is None:  # the launcher saw every rank finish: the first whose records say otherwise, else rank 0
+        rank = next((r.rank for r in run.ranks if not r.finished), 0)
     return rank
 
 

@@ -162,15 +162,12 @@ class RunRecords:
 
     # Saved runs are the fixtures of the judge's fast tests (tools/record_fixtures.py).
     def to_dict(self) -> dict:
-        launch = None
-        if self.launch is not None:
-            launch = asdict(self.launch) | {"records": [], "started_records": []}
         return {
             "exercise": self.exercise,
             "world_size": self.world_size,
             "backend": self.backend,
             "ranks": [{"rank": r.rank, "events": r.events, "malformed": r.malformed} for r in self.ranks],
-            "launch": launch,
+            "launch": _launch_dict(self.launch),
             "files_left": self.files_left,
             "problem": asdict(self.problem) if self.problem else None,
             **own_launcher_dict(self.own_launcher, self.own_launcher_ranks),
@@ -180,11 +177,7 @@ class RunRecords:
 
     @classmethod
     def from_dict(cls, data: dict) -> RunRecords:
-        launch = None
-        if data["launch"] is not None:
-            outcomes = [_rebuilt_outcome(o) for o in data["launch"]["ranks"]]
-            evidence = Evidence(**data["launch"]["evidence"])
-            launch = LaunchResult(**(data["launch"] | {"ranks": outcomes, "evidence": evidence}))
+        launch = _launch_from_dict(data["launch"])
         ranks = [
             RankRecords(
                 r["rank"],
@@ -206,7 +199,35 @@ class RunRecords:
             *own_launcher_from_dict(data),
             data.get("checkpoints", {}),
             data.get("unsandboxed", ""),
+            collect_torchrun(launch) if launch is not None and launch.attempts else {},
         )
+
+
+def _launch_dict(launch: LaunchResult | None) -> dict | None:
+    """What the launcher saw, as saved. The graded ranks' records are saved
+    with the ranks; a torchrun job's attempts keep theirs, and its other jobs
+    are saved the same way."""
+    if launch is None:
+        return None
+    jobs = {name: _launch_dict(job) for name, job in launch.jobs.items()}
+    return asdict(launch) | {"records": [], "started_records": [], "jobs": jobs}
+
+
+def _launch_from_dict(data: dict | None) -> LaunchResult | None:
+    if data is None:
+        return None
+    return LaunchResult(
+        **data
+        | {
+            "ranks": [_rebuilt_outcome(o) for o in data["ranks"]],
+            "evidence": Evidence(**data["evidence"]),
+            "attempt_outcomes": [
+                [_rebuilt_outcome(o) for o in attempt] for attempt in data.get("attempt_outcomes", [])
+            ],
+            "agents": [_rebuilt_outcome(o) for o in data.get("agents", [])],
+            "jobs": {name: _launch_from_dict(job) for name, job in data.get("jobs", {}).items()},
+        }
+    )
 
 
 def _rebuilt_outcome(data: dict) -> RankOutcome:
