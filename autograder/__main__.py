@@ -16,10 +16,10 @@ from rich.markup import escape
 
 from .errors import CannotGrade
 from .exercises import EXERCISES
-from .launch import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE, LAUNCHERS
+from .launch import LAUNCHERS
 from .launch.backend import BACKENDS
-from .launch.sandbox import Limits
 from .nbgrader_ext.exports import FORMATS as EXPORT_FORMATS
+from .schema.run import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE, Limits
 
 EXIT_PASSED, EXIT_FAILED, EXIT_CANNOT_GRADE = 0, 1, 2
 
@@ -28,8 +28,8 @@ def _check(args) -> int:
     import time
 
     from .grading import grade_at
-    from .launch import HIDDEN_WORLD_SIZE
     from .reports import json_report, text
+    from .schema.run import HIDDEN_WORLD_SIZE
 
     started = time.monotonic()
     world_sizes = [args.world_size, DEFAULT_WORLD_SIZE, HIDDEN_WORLD_SIZE] if args.gradescope else [args.world_size]

@@ -44,7 +44,7 @@ def inspect_checkpoint(path: str, workdir: Path) -> dict:
     """{"problem": None or a key of PROBLEMS, "error": text}"""
     import torch
 
-    from .rank.probes.checkpoint import find_model_state
+    from .model_state import find_model_state
 
     root = os.path.realpath(workdir) + os.sep
     if not path.startswith(root):

@@ -16,15 +16,17 @@ from . import submission as submissions
 from .disk import inspect_checkpoints
 from .errors import CannotGrade
 from .exercises import EXERCISES, Exercise
-from .judge.checks import SYNC_TOLERANCE, run_checks, training_sampler, weight_spread
+from .judge.analysis import SYNC_TOLERANCE, training_sampler, weight_spread
+from .judge.checks import run_checks
 from .judge.hints import hint_for
 from .judge.records import OwnLauncherRun, RunRecords, collect, collect_own_launcher, collect_torchrun
 from .judge.tampering import TAMPERING_HINT, contradictions
 from .judge.verdict import RankSummary, Report
-from .launch import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE, LAUNCHERS, Job, RankStatus, launcher
+from .launch import LAUNCHERS, Job, launcher
 from .launch import backend as backends
 from .launch.own import launch_own
-from .launch.sandbox import DEFAULT_LIMITS, Limits, why_unavailable
+from .launch.sandbox import why_unavailable
+from .schema.run import DEFAULT_LIMITS, DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE, Limits, RankStatus
 from .wording import RANK_STATUS_WORDS, exit_phrase
 
 MAX_WORLD_SIZE = 16

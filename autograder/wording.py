@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .launch import RankStatus
+from .schema.run import RankStatus
 
 # What happened to a rank, as a phrase after "rank N was" / "Status:".
 RANK_STATUS_WORDS = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
 
 import nbformat
@@ -12,11 +13,11 @@ import pytest
 from traitlets.config.loader import PyFileConfigLoader
 
 from autograder.exercises import ASSIGNMENTS, EXERCISES, LEFT_BY_RUNNING
-from autograder.judge import events
 from autograder.judge.checks import CHECKS
 from autograder.launch import LAUNCHERS
 from autograder.launch.channel import RecordChannel
 from autograder.rank.probes.state import RankState
+from autograder.schema import events
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "autograder"
@@ -68,16 +69,87 @@ def test_no_import_cycle_inside_the_package():
             visit(module, [module])
 
 
-def test_the_rank_side_and_the_judge_do_not_import_each_others_internals():
+# The pipeline's arrows: each part of the package (a top-level module or package
+# of autograder/) and the parts it may import. launch -> rank -> judge -> reports,
+# with schema (the event schema and the run's types) below them all and importing
+# nothing. A new arrow is a decision: add it here, where it is seen.
+ALLOWED_IMPORTS = {
+    "schema": set(),
+    "_process": set(),
+    "_files": set(),
+    "errors": set(),
+    "linux": {"_process"},
+    "model_state": set(),
+    "wording": {"schema"},
+    "submission": {"errors"},
+    "datasets": {"_files"},
+    "disk": {"model_state"},
+    "rank": {"schema", "linux", "model_state", "_process"},
+    "launch": {"schema", "linux", "rank", "_process", "errors"},
+    "judge": {"schema", "disk", "submission", "wording"},
+    "exercises": {"datasets", "judge"},
+    "reports": {"schema", "judge", "exercises", "wording", "_files"},
+    "grading": {"schema", "launch", "judge", "disk", "exercises", "submission", "errors", "wording"},
+    "notebook": {"schema", "grading", "launch", "judge", "reports", "wording", "errors", "_process"},
+    "bundle": {"launch"},
+    "gradescope": {"schema", "grading", "launch", "reports", "exercises", "submission", "bundle", "errors"},
+    "nbgrader_ext": {
+        *("schema", "linux", "launch", "judge", "reports", "notebook", "exercises", "wording", "errors"),
+        *("_process", "_files"),
+    },
+    "__main__": {
+        *("schema", "grading", "launch", "reports", "nbgrader_ext", "gradescope", "bundle", "exercises", "errors"),
+    },
+}
+
+
+def _part(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "autograder"
+
+
+def test_every_import_between_parts_of_the_package_is_an_allowed_arrow():
     graph = import_graph()
-    for module, imported in graph.items():
-        if module.startswith("autograder.judge"):
-            assert not any(m.startswith("autograder.rank") for m in imported), module
-        if module.startswith("autograder.rank"):
-            assert {m for m in imported if m.startswith("autograder.judge")} <= {
-                "autograder.judge.events",
-                "autograder.judge",
-            }, module
+    parts = {_part(m) for m in graph} - {"autograder"}
+    assert parts == set(ALLOWED_IMPORTS), f"parts with no row in ALLOWED_IMPORTS: {parts ^ set(ALLOWED_IMPORTS)}"
+    unexpected = sorted(
+        f"{module} -> {imported}"
+        for module, imports in graph.items()
+        for imported in imports
+        if _part(module) not in (_part(imported), "autograder")
+        and _part(imported) not in ALLOWED_IMPORTS[_part(module)]
+    )
+    assert not unexpected, f"imports the pipeline does not allow (see ALLOWED_IMPORTS): {unexpected}"
+
+
+def test_the_rank_side_the_judge_and_the_reports_load_no_launcher():
+    graph = import_graph()
+
+    def closure(module: str) -> set[str]:
+        seen, todo = set(), [module]
+        while todo:
+            for imported in graph[todo.pop()] - seen:
+                seen.add(imported)
+                todo.append(imported)
+        return seen
+
+    for module in graph:
+        if _part(module) in ("rank", "judge", "reports"):
+            loaded = {_part(m) for m in closure(module)}
+            assert not loaded & {"launch", "grading"}, (module, loaded)
+            if _part(module) != "rank":
+                assert not loaded & {"rank", "linux"}, (module, loaded)  # no ctypes to read a report
+
+
+def test_the_schema_imports_only_the_standard_library_and_itself():
+    for path in (PACKAGE / "schema").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                assert node.level == 1, (path.name, node.module)  # from .events, never from ..launch
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+                for name in names:
+                    assert name.split(".")[0] in sys.stdlib_module_names and name != "ctypes", (path.name, name)
 
 
 def _sources(*folders: str) -> str:

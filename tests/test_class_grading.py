@@ -269,6 +269,18 @@ def test_each_job_gets_gpus_of_its_own(monkeypatch, tmp_path):
     assert len(run.graded) == 8 and max(seen) <= 4  # 8 GPUs, 2 a job: 4 students at a time
 
 
+def test_a_grading_that_raises_stops_the_class_with_its_own_error(monkeypatch, tmp_path):
+    (tmp_path / "gradebook.db").write_bytes(b"")
+    monkeypatch.setattr(class_grading, "plan", lambda *a: ({"ada": tmp_path}, []))
+
+    def broken_grade(lane, course, assignment, student, db, timeout_s):
+        raise OSError("the disk is full")
+
+    monkeypatch.setattr(class_grading, "grade_one", broken_grade)
+    with pytest.raises(OSError, match="the disk is full"):  # not an UnboundLocalError that hides it
+        autograde(tmp_path, ASSIGNMENT, jobs=1, backend="gloo")
+
+
 def test_nccl_without_enough_gpus_is_refused(monkeypatch, tmp_path):
     monkeypatch.setattr(class_grading, "plan", lambda *a: ({}, []))
     monkeypatch.setattr(class_grading, "gpu_inventory", lambda: ["0"])

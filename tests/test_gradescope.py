@@ -24,8 +24,8 @@ from autograder.gradescope import run as gradescope_run
 from autograder.grading import judge
 from autograder.judge.checks import by_id
 from autograder.judge.records import RunRecords
-from autograder.launch import DEFAULT_WORLD_SIZE, HIDDEN_WORLD_SIZE
 from autograder.reports import gradescope
+from autograder.schema.run import DEFAULT_WORLD_SIZE, HIDDEN_WORLD_SIZE
 from autograder.submission import Submission
 from tools.record_fixtures import FIXTURES, load
 

@@ -13,8 +13,9 @@ import pytest
 from conftest import SOLUTIONS, processes_mentioning, robustness_case
 
 from autograder import grade
-from autograder.launch import Job, RankStatus, launcher
+from autograder.launch import Job, launcher
 from autograder.launch.channel import RecordChannel
+from autograder.schema.run import RankStatus
 
 
 @pytest.mark.parametrize("kind", ["mp", "process"])

@@ -21,7 +21,7 @@ from conftest import SOLUTIONS, failed_ids, run_cli
 from rich.console import Console
 
 from autograder import grade
-from autograder.judge.checks import SYNC_TOLERANCE
+from autograder.judge.analysis import SYNC_TOLERANCE
 from autograder.judge.verdict import FAILED, NOT_REACHED_HINT, PASSED, SKIPPED, RankSummary, Report, Verdict
 from autograder.reports import html, json_report, plots, text
 

@@ -27,7 +27,8 @@ from mistakes import write_submission
 
 from autograder import grading
 from autograder.errors import CannotGrade
-from autograder.launch.sandbox import Limits, why_unavailable
+from autograder.launch.sandbox import why_unavailable
+from autograder.schema.run import Limits
 
 NO_SANDBOX = why_unavailable()
 needs_sandbox = pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no sandbox here: {NO_SANDBOX}")

@@ -19,7 +19,7 @@ from pathlib import Path
 import conftest
 from conftest import ROOT
 
-from autograder.launch.sandbox import CLONE_NEWNS, MS_BIND, MS_PRIVATE, MS_REC, mount, unshare
+from autograder.linux import CLONE_NEWNS, MS_BIND, MS_PRIVATE, MS_REC, mount, unshare
 
 NOBODY = 65534
 

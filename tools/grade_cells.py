@@ -25,7 +25,7 @@ import nbformat
 
 from autograder.exercises import EXERCISES, Exercise
 from autograder.judge.checks import by_id
-from autograder.launch import HIDDEN_WORLD_SIZE
+from autograder.schema.run import HIDDEN_WORLD_SIZE
 from autograder.wording import plural, points
 
 ROOT = Path(__file__).resolve().parents[1]

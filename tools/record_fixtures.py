@@ -48,7 +48,7 @@ FIXTURES = TESTS / "fixtures" / "runs"
 OUTPUT_CHARS = 2000
 RERECORD = "re-record with `python -m tools.record_fixtures"
 # What writes the records a fixture holds: a change to any of these makes every fixture stale.
-PRODUCERS = (ROOT / "autograder" / "rank" / "probes", ROOT / "autograder" / "judge" / "events.py")
+PRODUCERS = (ROOT / "autograder" / "rank" / "probes", ROOT / "autograder" / "schema" / "events.py")
 
 
 def fixture_name(row) -> str:

@@ -22,9 +22,9 @@ from pathlib import Path
 from .. import submission as submissions
 from ..errors import CannotGrade
 from ..exercises import EXERCISES, Exercise
-from ..launch import DEFAULT_WORLD_SIZE, HIDDEN_WORLD_SIZE
 from ..launch.sandbox import why_unavailable
 from ..reports import gradescope
+from ..schema.run import DEFAULT_WORLD_SIZE, HIDDEN_WORLD_SIZE
 
 ROOT_VARIABLE = "DDP_GRADESCOPE_ROOT"
 GRADED_SUFFIXES = (".py", ".ipynb")

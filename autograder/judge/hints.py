@@ -4,7 +4,7 @@ in the text gives the hint."""
 
 from __future__ import annotations
 
-from ..launch.sandbox import Limits
+from ..schema.run import Limits
 
 NO_GPU = "This run has no GPU. Choose the device with torch.cuda.is_available() and fall back to the CPU."
 ENVIRONMENT_RANK = (

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from ..launch import MAX_OWN_LAUNCHER_RANKS, LaunchResult, RankOutcome, RankStatus
-from ..launch.sandbox import Evidence
+from ..schema.events import EVENTS, is_malformed, parse
+from ..schema.run import MAX_OWN_LAUNCHER_RANKS, Evidence, LaunchResult, RankOutcome, RankStatus
 from ..submission import StudentProblem
 from ..wording import RANK_STATUS_WORDS, exit_phrase
-from .events import EVENTS, is_malformed, parse
 
 # Every rank's probes write these on the way out, before rank_done: a rank_done
 # without them is a record stream that contradicts itself.

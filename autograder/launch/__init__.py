@@ -4,67 +4,19 @@ deadline, and leave no process behind.
 A launcher is one class behind the `Launcher` interface. It is given a `Job`
 (what to run) and a private folder, lays out the run's own files there (the
 rendezvous store, the records socket, each rank's output) and returns a
-`LaunchResult`: each rank's records, and what it saw of the run from
-outside. This module imports no torch, so the judge and the notebook side
-can use its types.
+`LaunchResult` (autograder/schema/run.py, where the judge and the reports
+read it): each rank's records, and what it saw of the run from outside.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
 from typing import ClassVar
 
-from .sandbox import DEFAULT_LIMITS, Evidence, Limits
-
-DEFAULT_WORLD_SIZE = 2
-HIDDEN_WORLD_SIZE = 3  # the hidden tests' run: a world size the student did not see graded
-DEFAULT_TIMEOUT_S = 120.0
-MAX_OWN_LAUNCHER_RANKS = 8  # the most ranks a student's own launcher may start while graded
-
-
-class RankStatus(StrEnum):
-    FINISHED = "finished"
-    FAILED = "failed"
-    STOPPED = "stopped"  # killed by the launcher because another rank failed
-    HUNG = "hung"  # still running at the deadline
-    NOT_STARTED = "not started"
-
-
-@dataclass
-class RankOutcome:
-    rank: int
-    exit_code: int | None
-    status: RankStatus
-    output: str = ""
-    output_bytes: int = 0
-    stack: str = ""
-    exited_at: float | None = None  # wall clock, when the launcher saw it exit
-    # What reached the rank's output pipe, by line template (lines.py):
-    # [[template, times written, first such line], ...], the most written first.
-    lines: list = field(default_factory=list)
-
-
-@dataclass
-class LaunchResult:
-    ranks: list[RankOutcome]
-    duration_s: float
-    records: list[list] = field(default_factory=list)  # per rank, the raw events it sent
-    first_failure: int | None = None  # the rank the launcher saw fail first
-    hung: list[int] = field(default_factory=list)
-    start_error: str | None = None  # the ranks could not be started at all
-    started_records: list[list] = field(default_factory=list)  # per rank a student's own launcher started
-    evidence: Evidence = field(default_factory=Evidence)
-    intrusions: list[str] = field(default_factory=list)  # record streams the channel kept out
-    # A torchrun job (torchrun.py): `records` and `ranks` are its workers' last
-    # attempt; these hold every attempt, the agents, and the grading's other jobs.
-    attempts: list[list[list]] = field(default_factory=list)  # per attempt, per rank: the raw events
-    attempt_outcomes: list[list[RankOutcome]] = field(default_factory=list)
-    agents: list[RankOutcome] = field(default_factory=list)  # one per node
-    jobs: dict[str, LaunchResult] = field(default_factory=dict)  # name -> the other torchrun jobs of the grading
+from ..schema.run import DEFAULT_LIMITS, LaunchResult, Limits
 
 
 @dataclass(frozen=True)

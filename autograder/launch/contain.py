@@ -11,8 +11,9 @@ from pathlib import Path
 
 import autograder
 
+from ..schema.run import Evidence
 from .channel import RecordChannel
-from .sandbox import Evidence, RunLayout, Sandbox
+from .sandbox import RunLayout, Sandbox
 
 PACKAGE_DIR = Path(autograder.__file__).resolve().parent
 

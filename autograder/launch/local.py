@@ -13,7 +13,8 @@ import torch.multiprocessing as mp
 
 from ..rank.runner import run_rank
 from ..rank.spec import RankSpec
-from . import Job, Launcher, LaunchResult
+from ..schema.run import LaunchResult
+from . import Job, Launcher
 from .capture import CappedOutput
 from .contain import Containment
 from .supervise import StartedRank, start_error, stop_all, supervise

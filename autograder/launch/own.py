@@ -19,7 +19,8 @@ import torch.multiprocessing as mp
 
 from ..rank import own_launcher
 from ..rank.spec import RankSpec
-from . import Job, LaunchResult
+from ..schema.run import LaunchResult
+from . import Job
 from .capture import CappedOutput
 from .contain import Containment
 from .local import started_process, warm_method

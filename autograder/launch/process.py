@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 from ..rank.spec import RankSpec
-from . import Job, Launcher, LaunchResult
+from ..schema.run import LaunchResult
+from . import Job, Launcher
 from .capture import CappedOutput
 from .contain import Containment
 from .supervise import StartedRank, start_command, start_error, stop_all, supervise

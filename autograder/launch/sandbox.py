@@ -31,8 +31,6 @@ limits were hit. Then it tears the run down.
 from __future__ import annotations
 
 import ctypes
-import faulthandler
-import fcntl
 import functools
 import json
 import os
@@ -42,51 +40,52 @@ import signal
 import socket
 import stat
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from .._process import die_with_parent
-
-CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
-CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
-MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
-PR_SET_NO_NEW_PRIVS = 38
-SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+from ..linux import (
+    CAP_SETGID,
+    CAP_SETUID,
+    CAP_SYS_ADMIN,
+    CLONE_NEWIPC,
+    CLONE_NEWNET,
+    CLONE_NEWNS,
+    CLONE_NEWPID,
+    CLONE_NEWUSER,
+    CLONE_NEWUTS,
+    MS_BIND,
+    MS_NODEV,
+    MS_NOEXEC,
+    MS_NOSUID,
+    MS_PRIVATE,
+    MS_RDONLY,
+    MS_REC,
+    MS_REMOUNT,
+    be_init,
+    checked,
+    cover,
+    libc,
+    loopback_up,
+    make_rest_read_only,
+    map_user,
+    mount,
+    read_or_empty,
+    unshare,
+)
+from ..schema.run import Evidence, Limits, SandboxView
+from .cgroups import counter, make_cgroup, memory_settings, oom_kills, own_cgroup, remove_cgroup
 
 # Each run takes UID_BLOCK uids from UID_BASE up, the block chosen by the grader's pid.
 UID_BASE, UID_BLOCK, UID_BLOCKS = 200_000, 32, 100_000
-NESTED_UID = 1000  # a rank's uid inside its own user namespace, when the grader is not root
-CAP_SETGID, CAP_SETUID, CAP_SYS_ADMIN = 6, 7, 21
-# Special file systems keep their own rules; every other mount is made read-only, the
-# host's tmpfs too (/run and the like), but for the private ones that `cover` makes.
-LEFT_WRITABLE_TYPES = {"proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "mqueue"}
-PRIVATE_TMP = (Path("/tmp"), Path("/dev/shm"))
+
+
 START_TIMEOUT_S = 10.0
 END_TIMEOUT_S = 10.0
-STUDENT_NAME = "student"  # $USER in the ranks: their uid has no passwd entry
-HOME = "/tmp/home"
-
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 class SandboxUnavailable(Exception):
     """This machine or user cannot make the run's sandbox; the reason is the message."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one rank may use. Exceeding one ends in a verdict that names it."""
-
-    memory_bytes: int = 4 * 2**30
-    processes: int = 256  # the whole run's processes and threads
-    file_bytes: int = 1 * 2**30  # the largest file a rank may write
-    tmp_bytes: int = 2 * 2**30  # /tmp (with the working folder) and /dev/shm, each
-    open_files: int = 4096
-    cpu_seconds: int = 3600
-
-
-DEFAULT_LIMITS = Limits()
 
 
 @dataclass(frozen=True)
@@ -104,54 +103,10 @@ class RunLayout:
         return self.rendezvous_dir / "store"
 
 
-@dataclass(frozen=True)
-class SandboxView:
-    """What a rank needs to join the run's sandbox: JSON-able, in its RankSpec."""
-
-    init_pid: int
-    holder_pid: int
-    mount_namespaces: tuple[int, ...]  # per rank, the holder's descriptor of that rank's mount namespace
-    user_namespace: bool  # the run has a user namespace of its own: the grader is not root
-    uid_base: int
-    memory_cgroups: tuple[str, ...]  # per rank, its cgroup folder; () where there is none
-    pids_cgroup: str  # "" where there is none
-    limits: dict
-
-
-@dataclass
-class Evidence:
-    """What the grader saw of the run from outside the ranks."""
-
-    sandboxed: bool = False
-    # New or changed file -> the ranks that wrote it, seen by the kernel (fanotify), however it was written.
-    written_by: dict = field(default_factory=dict)
-    loopback_packets: int | None = None  # packets the run's ranks sent each other
-    joined: list | None = None  # the ranks that wrote to the rendezvous store: who really joined
-    over_memory: list = field(default_factory=list)  # ranks the kernel killed at the memory limit
-    memory_by_cgroup: bool = False  # else an rlimit bounds each rank's heap: an allocation past it fails
-    process_limit_hit: bool = False
-    limits: dict = field(default_factory=dict)
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        error = ctypes.get_errno()
-        raise OSError(error, f"{what}: {os.strerror(error)}")
-
-
-def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    encode = lambda s: s.encode() if s is not None else None  # noqa: E731
-    _check(_libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data)), f"mount {target}")
-
-
-def unshare(flags: int) -> None:
-    _check(_libc.unshare(flags), "unshare")
-
-
 def privileged() -> bool:
     """Whether this process may mount and change users outside any user
     namespace (root, with its capabilities)."""
-    for line in _read("/proc/self/status").splitlines():
+    for line in read_or_empty("/proc/self/status").splitlines():
         if line.startswith("CapEff:"):
             caps = int(line.split()[1], 16)
             return all(caps >> bit & 1 for bit in (CAP_SETGID, CAP_SETUID, CAP_SYS_ADMIN))
@@ -198,70 +153,6 @@ def _why_no_user_namespace() -> str | None:
     }.get(code, "the grader is not root, and its test of user namespaces failed")
 
 
-def map_user(inner: int, uid: int, gid: int) -> None:
-    """In a new user namespace: `inner` is this process's only user and group, uid and gid outside."""
-    Path("/proc/self/setgroups").write_text("deny")  # the kernel's condition for an unprivileged gid map
-    Path("/proc/self/uid_map").write_text(f"{inner} {uid} 1")
-    Path("/proc/self/gid_map").write_text(f"{inner} {gid} 1")
-
-
-# --- the grader's side ------------------------------------------------------------
-
-
-def _own_cgroup(controller: str) -> Path | None:
-    """Where this process may make cgroups of a controller: its v1 folder, or
-    the v2 hierarchy's where the controller is enabled there; None if neither."""
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        _, names, path = line.split(":", 2)
-        folder = (
-            Path(f"/sys/fs/cgroup/{controller}") / path.lstrip("/")
-            if names
-            else Path("/sys/fs/cgroup") / path.lstrip("/")
-        )
-        if controller in names.split(",") or (
-            not names and controller in _read(f"{folder}/cgroup.subtree_control").split()
-        ):
-            return folder if os.access(folder, os.W_OK) else None
-    return None
-
-
-def _make_cgroup(parent: Path | None, name: str, settings: dict[str, str]) -> str:
-    if parent is None:
-        return ""
-    folder = parent / name
-    try:
-        folder.mkdir()
-        for key, value in settings.items():
-            (folder / key).write_text(value)
-    except OSError:
-        _remove_cgroup(str(folder))
-        return ""
-    return str(folder)
-
-
-def _remove_cgroup(folder: str) -> None:
-    if folder:
-        try:
-            os.rmdir(folder)
-        except OSError:
-            pass
-
-
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text()
-    except OSError:
-        return ""
-
-
-def _counter(text: str, name: str) -> int:
-    for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        if key == name and value.strip().isdigit():
-            return int(value)
-    return 0
-
-
 class Sandbox:
     """One run's namespaces, users and cgroups, from start to tear-down."""
 
@@ -271,14 +162,14 @@ class Sandbox:
         self.user_namespace = not privileged()
         self.uid_base = UID_BASE + UID_BLOCK * (os.getpid() % UID_BLOCKS)
         tag = f"ddp-grade-{os.getpid()}-{id(self) & 0xFFFF:x}"
-        memory = _own_cgroup("memory")
+        memory = own_cgroup("memory")
         self.memory_cgroups = [
-            _make_cgroup(memory, f"{tag}-rank{r}", _memory_settings(memory, limits.memory_bytes))
+            make_cgroup(memory, f"{tag}-rank{r}", memory_settings(memory, limits.memory_bytes))
             for r in range(world_size)
         ]
         if not all(self.memory_cgroups):
             self.memory_cgroups = []
-        self.pids_cgroup = _make_cgroup(_own_cgroup("pids"), tag, {"pids.max": str(limits.processes)})
+        self.pids_cgroup = make_cgroup(own_cgroup("pids"), tag, {"pids.max": str(limits.processes)})
         self._provided = _snapshot(layout.workdir)
         self._release_read, self._release_write = os.pipe()
         ready_read, ready_write = os.pipe()
@@ -331,7 +222,7 @@ class Sandbox:
         packets = _loopback_packets(self.holder_pid)
         report = self._writers()
         writers = report.get("files", {})
-        over = [r for r, cg in enumerate(self.memory_cgroups) if _oom_kills(cg)]
+        over = [r for r, cg in enumerate(self.memory_cgroups) if oom_kills(cg)]
         return Evidence(
             sandboxed=True,
             written_by={
@@ -342,7 +233,9 @@ class Sandbox:
             joined=report.get("joined"),
             over_memory=over,
             memory_by_cgroup=bool(self.memory_cgroups),
-            process_limit_hit=bool(self.pids_cgroup and _counter(_read(f"{self.pids_cgroup}/pids.events"), "max")),
+            process_limit_hit=bool(
+                self.pids_cgroup and counter(read_or_empty(f"{self.pids_cgroup}/pids.events"), "max")
+            ),
             limits=vars(self.limits).copy(),
         )
 
@@ -371,24 +264,11 @@ class Sandbox:
             self._release_write = None
             os.waitpid(self.holder_pid, 0)
         for folder in [*self.memory_cgroups, self.pids_cgroup]:
-            _remove_cgroup(folder)
-
-
-def _memory_settings(parent: Path | None, limit: int) -> dict[str, str]:
-    if parent is not None and (parent / "memory.limit_in_bytes").exists():
-        return {"memory.limit_in_bytes": str(limit)}
-    return {"memory.max": str(limit), "memory.swap.max": "0"}
-
-
-def _oom_kills(folder: str) -> int:
-    if not folder:
-        return 0
-    events = _read(f"{folder}/memory.events") or _read(f"{folder}/memory.oom_control")
-    return _counter(events, "oom_kill")
+            remove_cgroup(folder)
 
 
 def _loopback_packets(pid: int) -> int | None:
-    for line in _read(f"/proc/{pid}/net/dev").splitlines():
+    for line in read_or_empty(f"/proc/{pid}/net/dev").splitlines():
         name, _, counters = line.partition(":")
         if name.strip() == "lo":
             return int(counters.split()[1])  # received packets; on loopback, all that was sent
@@ -439,9 +319,6 @@ def _copy_back(seen: Path, workdir: Path, provided: dict, uid_base: int | None, 
     return owners
 
 
-# --- the holder: makes the namespaces and the view, then waits ------------------------
-
-
 def _hold(sandbox: Sandbox, hidden: list[Path], kept: list[Path], ready_fd: int) -> None:
     """The forked holder. Never returns."""
     status = 1
@@ -487,7 +364,7 @@ _FAN_EVENT = struct.Struct("IBBHQii")  # fanotify_event_metadata: len, version, 
 # After the metadata, fanotify_event_info_fid: type, -, len, fsid[2], then a file_handle:
 # its size, type and bytes. The type and bytes are what name_to_handle_at gives for the file.
 _FID_HANDLE_AT = 12
-_libc.fanotify_mark.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint64, ctypes.c_int, ctypes.c_char_p]
+libc.fanotify_mark.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint64, ctypes.c_int, ctypes.c_char_p]
 
 
 def _rank_mounts(writable: tuple[Path, ...], world_size: int) -> tuple[list[int], list[int]]:
@@ -505,7 +382,7 @@ def _rank_mounts(writable: tuple[Path, ...], world_size: int) -> tuple[list[int]
             _mark(watch, str(folder))
         watches.append(watch)
         namespaces.append(os.open("/proc/self/ns/mnt", os.O_RDONLY))
-        _check(_libc.setns(shared, CLONE_NEWNS), "setns")
+        checked(libc.setns(shared, CLONE_NEWNS), "setns")
     os.close(shared)
     return watches, namespaces
 
@@ -514,16 +391,16 @@ def _watch_writes() -> int:
     """A fanotify group for files closed after a write, naming each by its
     file handle. (A handle, not a descriptor, is what an unprivileged group
     may have.)"""
-    fd = _libc.fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_REPORT_FID, os.O_RDONLY)
+    fd = libc.fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_REPORT_FID, os.O_RDONLY)
     if fd < 0:
-        _check(-1, "fanotify_init")
+        checked(-1, "fanotify_init")
     return fd
 
 
 def _mark(watch: int, folder: str) -> None:
     """Let the group hear of the writes on the mount at `folder`."""
-    _check(
-        _libc.fanotify_mark(watch, FAN_MARK_ADD | FAN_MARK_MOUNT, FAN_CLOSE_WRITE, AT_FDCWD, folder.encode()),
+    checked(
+        libc.fanotify_mark(watch, FAN_MARK_ADD | FAN_MARK_MOUNT, FAN_CLOSE_WRITE, AT_FDCWD, folder.encode()),
         "fanotify",
     )
 
@@ -532,7 +409,7 @@ def file_handle(path: str) -> bytes | None:
     """The kernel's handle of a file (its type and bytes), as fanotify names it; None if it has none."""
     handle = ctypes.create_string_buffer(struct.pack("Ii", MAX_HANDLE_SZ, 0), 8 + MAX_HANDLE_SZ)
     mount_id = ctypes.c_int()
-    if _libc.name_to_handle_at(AT_FDCWD, path.encode(), handle, ctypes.byref(mount_id), 0) != 0:
+    if libc.name_to_handle_at(AT_FDCWD, path.encode(), handle, ctypes.byref(mount_id), 0) != 0:
         return None
     return handle.raw[4 : 8 + struct.unpack_from("I", handle.raw)[0]]
 
@@ -585,26 +462,6 @@ def _close_all_but(*kept: int) -> None:
                 pass
 
 
-def be_init() -> None:
-    """PID 1 of the run: reap the orphans until killed."""
-    die_with_parent()
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    while True:
-        try:
-            os.wait()
-        except ChildProcessError:
-            signal.pause()
-        except InterruptedError:
-            pass
-
-
-def loopback_up() -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        request = struct.pack("16sH", b"lo", 0)
-        flags = struct.unpack("16sH", fcntl.ioctl(s, SIOCGIFFLAGS, request))[1]
-        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | IFF_UP))
-
-
 def _build_view(sandbox: Sandbox, hidden: list[Path], kept: list[Path]) -> None:
     layout, tmpfs = sandbox.layout, f"size={sandbox.limits.tmp_bytes},mode=1777"
     mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing done here reaches the grader's view
@@ -629,159 +486,3 @@ def _build_view(sandbox: Sandbox, hidden: list[Path], kept: list[Path]) -> None:
         mount(str(folder), str(folder), None, MS_BIND)
     os.close(host_run)
     make_rest_read_only(writable=(layout.workdir, layout.rendezvous_dir))
-
-
-def cover(hidden: list[Path], kept: list[Path], tmp_bytes: int) -> None:
-    """In a new mount namespace: hide the hidden folders and files, give a
-    fresh /tmp, /dev/shm and $HOME, and mount back the kept folders that those
-    covered (Python, the venv, the grader's package: wherever they are, /tmp
-    included)."""
-    tmpfs = f"size={tmp_bytes},mode=1777"
-    kept_fds = [(path, os.open(path, os.O_PATH)) for path in kept if path.exists()]
-    kinds = [(path, path.is_dir(), path.exists()) for path in hidden]
-    # The fresh /tmp first: a hidden folder under it (a course cloned into /tmp) is still covered.
-    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, tmpfs)
-    mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, tmpfs)
-    for path, is_dir, exists in kinds:
-        if is_dir:
-            os.makedirs(path, exist_ok=True)
-            mount("tmpfs", str(path), "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
-        elif exists:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.touch()
-            mount("/dev/null", str(path), None, MS_BIND)
-    covered = [*hidden, Path("/tmp"), Path("/dev/shm")]
-    for path, fd in kept_fds:
-        if any(path.is_relative_to(c) for c in covered):
-            os.makedirs(path, exist_ok=True)
-            mount(f"/proc/self/fd/{fd}", str(path), None, MS_BIND | MS_REC)
-        os.close(fd)
-    os.makedirs(HOME, mode=0o777, exist_ok=True)
-    os.chmod(HOME, 0o777)
-
-
-def make_rest_read_only(writable: tuple[Path, ...] = ()) -> None:
-    """Every mount read-only but the special file systems, the private /tmp
-    and /dev/shm, and the mounts at `writable`."""
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        fields = line.split()
-        mount_point = Path(fields[4].replace("\\040", " "))
-        fstype = fields[fields.index("-") + 1]
-        if fstype in LEFT_WRITABLE_TYPES or "ro" in fields[5].split(",") or mount_point in (*writable, *PRIVATE_TMP):
-            continue
-        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
-        flags |= sum(bit for name, bit in (("nosuid", MS_NOSUID), ("nodev", MS_NODEV)) if name in fields[5])
-        try:
-            mount(None, str(mount_point), None, flags)
-        except OSError:
-            pass  # a mount under a hidden folder: not visible anyway
-
-
-# --- the rank's side ----------------------------------------------------------------
-
-
-RELAYED_SIGNALS = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)  # the stack-dump request among them
-
-
-def _fork_behind_a_relay() -> None:
-    """Go on in a child; the parent stays behind as its relay."""
-    child = os.fork()
-    if child != 0:
-        _relay(child)
-
-
-def _relay(child: int) -> None:
-    """The launcher's process (or a relay below it), outside the PID namespace:
-    wait for the rank inside it and end the same way. Never returns."""
-    for number in RELAYED_SIGNALS:
-        signal.signal(number, lambda number, _frame: os.kill(child, number))
-    _, status = os.waitpid(child, 0)
-    if os.WIFSIGNALED(status):  # killed (at the memory limit, say): so is this process, as the launcher expects
-        number = os.WTERMSIG(status)
-        faulthandler.disable()  # the rank's own stack is dumped already; this one would only delay the exit
-        if number not in (signal.SIGKILL, signal.SIGSTOP):  # which have no handler to reset
-            signal.signal(number, signal.SIG_DFL)
-        os.kill(os.getpid(), number)
-    os._exit(os.waitstatus_to_exitcode(status))
-
-
-def enter(view: SandboxView, rank: int, workdir: str) -> None:
-    """Join the run's sandbox and become its unprivileged user for this rank.
-    Called before any student code runs, single-threaded. Raises OSError.
-
-    A process that joins a PID namespace cannot start threads (the kernel
-    refuses), and one with threads cannot join a mount namespace. So the
-    process the launcher started joins the PID namespace only (and the run's
-    user namespace, where it has one) and stays outside as a relay: it forks
-    the rank proper, which is born inside, single-threaded, and joins the
-    rest. The relay passes on the launcher's signals and ends as the rank ends."""
-    pid = str(os.getpid())
-    if view.memory_cgroups:
-        Path(view.memory_cgroups[rank], "cgroup.procs").write_text(pid)
-    if view.pids_cgroup:
-        Path(view.pids_cgroup, "cgroup.procs").write_text(pid)
-    init = f"/proc/{view.init_pid}/ns"
-    # Opened while the grader's /proc still shows the holder and init.
-    names = ["pid", "net", "ipc", "uts"] + (["user"] if view.user_namespace else [])
-    joined = {name: os.open(f"{init}/{name}", os.O_RDONLY) for name in names}
-    joined["mnt"] = os.open(f"/proc/{view.holder_pid}/fd/{view.mount_namespaces[rank]}", os.O_RDONLY)
-    if view.user_namespace:
-        # First: it gives the capabilities in the run's namespaces that the rest need.
-        # It takes a single-threaded process, which a fork always is.
-        _fork_behind_a_relay()
-        _join(joined.pop("user"))
-    _join(joined.pop("pid"))
-    _fork_behind_a_relay()
-    for name in ("mnt", "net", "ipc", "uts"):
-        _join(joined.pop(name))
-    # A /proc of the run's PID namespace: the grader and the other runs' processes are not in it.
-    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    _take_limits(Limits(**view.limits), memory_counted=bool(view.memory_cgroups))
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, not a kill
-    os.umask(0)  # the ranks are different users, yet may share files as ranks of one user could
-    if view.user_namespace:
-        unshare(CLONE_NEWUSER)  # a namespace of the rank's own, where it holds nothing over the run's
-        map_user(NESTED_UID, 0, 0)
-        become(NESTED_UID, keep_groups=True)  # the groups are fixed, by map_user
-    else:
-        become(view.uid_base + rank)
-    os.environ.update(GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="lo")
-    os.chdir(workdir)
-
-
-def _join(fd: int) -> None:
-    try:
-        _check(_libc.setns(fd, 0), "setns")
-    finally:
-        os.close(fd)
-
-
-def _take_limits(limits: Limits, memory_counted: bool) -> None:
-    import resource
-
-    wanted = [
-        (resource.RLIMIT_FSIZE, limits.file_bytes, limits.file_bytes),
-        (resource.RLIMIT_NOFILE, limits.open_files, limits.open_files),
-        (resource.RLIMIT_NPROC, limits.processes, limits.processes),
-        # SIGXCPU at the soft limit names the cause; SIGKILL at the hard one, should it be ignored.
-        (resource.RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 5),
-        (resource.RLIMIT_CORE, 0, 0),
-    ]
-    if not memory_counted:  # no cgroup to count memory: bound the heap at least
-        wanted.append((resource.RLIMIT_DATA, limits.memory_bytes, limits.memory_bytes))
-    for which, soft, hard in wanted:
-        _, ceiling = resource.getrlimit(which)  # only root may raise it
-        if ceiling != resource.RLIM_INFINITY:
-            soft, hard = min(soft, ceiling), min(hard, ceiling)
-        resource.setrlimit(which, (soft, hard))
-
-
-def become(uid: int, keep_groups: bool = False) -> None:
-    """Give up privilege for good: the user uid, no groups, no way back (no_new_privs)."""
-    if not keep_groups:
-        os.setgroups([])
-    os.setresgid(uid, uid, uid)
-    os.setresuid(uid, uid, uid)
-    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl")
-    die_with_parent()  # a change of user clears it
-    os.environ.update(HOME=HOME, TMPDIR="/tmp", USER=STUDENT_NAME, LOGNAME=STUDENT_NAME)

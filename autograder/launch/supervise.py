@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..rank.spec import STACK_SIGNAL, RankSpec
-from . import MAX_OWN_LAUNCHER_RANKS, LaunchResult, RankOutcome, RankStatus
+from ..schema.run import MAX_OWN_LAUNCHER_RANKS, LaunchResult, RankOutcome, RankStatus
 from .capture import CappedOutput
 from .contain import Containment
 

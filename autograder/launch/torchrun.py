@@ -28,7 +28,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..rank.spec import RankSpec, TorchrunPlan
-from . import Job, Launcher, LaunchResult, RankOutcome, RankStatus
+from ..schema.run import LaunchResult, RankOutcome, RankStatus
+from . import Job, Launcher
 from .capture import CappedOutput
 from .contain import Containment
 from .supervise import start_command, start_error, stop_all, supervise

@@ -384,11 +384,12 @@ def autograde(
             progress.started(set(running))
         try:
             outcome = grade_one(lane, course, assignment, student, db, timeout_s)
-        finally:
+        finally:  # the lane is free again even when grade_one raised; its error goes on as it is
             with lock:
                 free.append(lane)
                 running.discard(student)
-                progress.finished(outcome, set(running))
+        with lock:
+            progress.finished(outcome, set(running))
         return outcome
 
     progress.begin(len(chosen), unchanged)

@@ -30,30 +30,28 @@ from jupyter_client.manager import KernelManager
 
 from .._process import die_with_parent
 from ..launch.contain import hidden_paths, kept_paths
-from ..launch.sandbox import (
+from ..launch.sandbox import UID_BASE, privileged, why_unavailable
+from ..linux import (
     CLONE_NEWIPC,
     CLONE_NEWNET,
     CLONE_NEWNS,
     CLONE_NEWPID,
     CLONE_NEWUTS,
-    DEFAULT_LIMITS,
     MS_NODEV,
     MS_NOEXEC,
     MS_NOSUID,
     MS_PRIVATE,
     MS_REC,
-    UID_BASE,
     be_init,
     become,
     cover,
     loopback_up,
     make_rest_read_only,
     mount,
-    privileged,
     unshare,
-    why_unavailable,
 )
 from ..notebook.client import SOCKET_VARIABLE
+from ..schema.run import DEFAULT_LIMITS
 
 KERNEL_UID = UID_BASE - 1  # below every rank's block
 

@@ -14,10 +14,10 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Float, Unicode
 
 from ..exercises import by_assignment
-from ..launch import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE
 from ..notebook.client import GraderServer, GradingFailed, autograde_server
 from ..notebook.grade_cells import failure_lines, heading
 from ..reports import json_report
+from ..schema.run import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE
 
 
 class ClearHiddenTestTracebacks(NbGraderPreprocessor):
@@ -192,14 +192,17 @@ RUNS_METADATA = "ddp_grader_runs"
 
 def run_summary(report) -> dict:
     """How one run went: its error, whether it hung, and each failed check's
-    message (the checks it never reached apart, as the run's error explains them)."""
+    message (the checks it never reached apart, as the run's error explains
+    them); under "missed", every check that lost its points, with the message
+    and hint its grade cell shows."""
     if isinstance(report, list):  # no report at all
-        return {"error": " ".join(report), "hung": False, "failed": {}, "not_reached": []}
+        return {"error": " ".join(report), "hung": False, "failed": {}, "not_reached": [], "missed": {}}
     return {
         "error": report.error,
         "hung": any(rank.status == "hung" for rank in report.ranks),
         "failed": {v.id: v.message for v in report.checks if not v.passed and v.reached},
         "not_reached": [v.id for v in report.not_reached],
+        "missed": {v.id: {"message": v.message, "hint": v.hint} for v in report.checks if v.status == "failed"},
     }
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from .._process import STARTUP_S, NoAnswer, WarmProcess
 from ..judge.verdict import Report
-from ..launch import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE
 from ..reports import json_report
+from ..schema.run import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE
 
 # The grader's own deadline, plus time to start Python and write the report.
 STARTUP_MARGIN_S = STARTUP_S

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..judge.checks import by_id
 from ..judge.verdict import FAILED
-from ..launch import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE
+from ..schema.run import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE
 from ..wording import plural
 
 _failures: dict[tuple, str] = {}  # the grader could not run: don't retry in every cell

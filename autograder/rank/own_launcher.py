@@ -27,7 +27,7 @@ import os
 import runpy
 import sys
 
-from ..launch import MAX_OWN_LAUNCHER_RANKS
+from ..schema.run import MAX_OWN_LAUNCHER_RANKS
 from . import warm_spawn
 from .probes import process_group, spawn_guard
 from .probes.state import RankState, StudentError

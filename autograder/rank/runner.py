@@ -11,8 +11,7 @@ import sys
 import traceback
 
 from .._process import die_with_parent
-from ..launch import sandbox
-from . import probes
+from . import probes, sandbox_entry
 from .probes.state import RankState, StudentError
 from .spec import STACK_SIGNAL, RankSpec
 
@@ -51,7 +50,7 @@ def enter_sandbox(spec: RankSpec, rank: int, state: RankState) -> None:
     if spec.sandbox is None:
         return
     try:
-        sandbox.enter(spec.sandbox, rank, spec.workdir)
+        sandbox_entry.enter(spec.sandbox, rank, spec.workdir)
     except OSError as error:
         state.record(
             "error",

@@ -10,7 +10,7 @@ import signal
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..launch.sandbox import SandboxView
+from ..schema.run import SandboxView
 
 STACK_SIGNAL = signal.SIGUSR1  # a rank's faulthandler dumps its Python stack on this
 

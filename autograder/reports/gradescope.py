@@ -20,7 +20,7 @@ from .._files import write_text
 from ..exercises import Exercise
 from ..judge.checks import by_id
 from ..judge.verdict import Report, Verdict
-from ..launch import DEFAULT_WORLD_SIZE, HIDDEN_WORLD_SIZE
+from ..schema.run import DEFAULT_WORLD_SIZE, HIDDEN_WORLD_SIZE
 from ..wording import plural, points, unsandboxed_note
 
 VISIBLE, HIDDEN = "visible", "after_published"

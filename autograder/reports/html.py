@@ -20,7 +20,7 @@ from pathlib import PurePath
 
 from .._files import write_text
 from ..judge.verdict import FAILED, PASSED, SKIPPED, RankSummary, Report, Verdict
-from ..launch import RankStatus
+from ..schema.run import RankStatus
 from ..wording import RANK_STATUS_WORDS, exit_words, plural, points, unsandboxed_note
 from . import plots
 

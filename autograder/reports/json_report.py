@@ -7,9 +7,9 @@ import os
 from dataclasses import fields
 
 from .._files import write_text
-from ..judge.events import CheckStatus
 from ..judge.verdict import RankSummary, Report, Verdict
-from ..launch import RankStatus
+from ..schema.events import CheckStatus
+from ..schema.run import RankStatus
 
 # 2: checks carry `reached`; a check that cannot apply on the machine counts 0 of 0; `stopped_at`.
 SCHEMA_VERSION = 2

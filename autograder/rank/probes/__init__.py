@@ -1,8 +1,9 @@
 """Probes run inside each rank and record what the student's code really did.
 
 Each probe wraps one piece of torch (a function, a method, a hook) so that the
-student's call still happens, and writes a fact to the rank's record file.
-Probes never decide anything; the checks do that from the records.
+student's call still happens, and sends a fact down the rank's records
+channel (a socket to the grader, launch/channel.py). Probes never decide
+anything; the checks do that from the records.
 """
 
 from . import checkpoint, ddp, files, gradients, inputs, process_group, sampler, snapshot, spawn_guard, training

@@ -8,35 +8,14 @@ function itself is wrapped.
 import collections
 import copy
 import os
-from collections.abc import Mapping
 
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from ...model_state import find_model_state
 from . import ddp
 from .state import RankState, wraps
-
-MODEL_KEYS = ("model_state_dict", "model_state", "state_dict", "model")
-
-
-def _is_state_dict(obj) -> bool:
-    return (
-        isinstance(obj, Mapping)
-        and bool(obj)
-        and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items())
-    )
-
-
-def find_model_state(obj):
-    """The model's state inside what was saved: a bare state dict, or one inside a dict."""
-    if _is_state_dict(obj):
-        return obj
-    if isinstance(obj, Mapping):
-        candidates = [key for key in obj if _is_state_dict(obj[key])]
-        for key in sorted(candidates, key=lambda k: (str(k) not in MODEL_KEYS, "model" not in str(k).lower())):
-            return obj[key]
-    return None
 
 
 def _target_name(f) -> str | None:

@@ -14,8 +14,9 @@ from collections.abc import Mapping
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from ...model_state import find_model_state
 from . import fingerprint
-from .checkpoint import find_model_state, plain_model_for
+from .checkpoint import plain_model_for
 from .state import RankState, wraps
 
 MAX_SUMMARISED = 50  # snapshots summarised per worker: far more than a run's epochs

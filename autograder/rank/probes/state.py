@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...judge.events import validate
+from ...schema.events import validate
 
 
 class StudentError(Exception):

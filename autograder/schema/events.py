@@ -21,9 +21,10 @@ from typing import Any
 class Shape:
     """What a field may hold, and what it reads as when it holds anything else.
 
-    Student code can write to its rank's record file, so a field may hold
-    anything: parse() checks each one against its shape and gives the
-    default to a field that does not fit. A check never meets a wrong type.
+    Student code runs beside the probes and can send on its rank's records
+    channel too, so a field may hold anything: parse() checks each one
+    against its shape and gives the default to a field that does not fit. A
+    check never meets a wrong type.
     """
 
     default: Any

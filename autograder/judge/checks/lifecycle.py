@@ -1,0 +1,173 @@
+"""The checks of a run's life (changes 1 and 5, the launcher): the process group
+is created and destroyed, the student's own launcher starts the ranks, and on
+GPUs each rank has its own device.
+"""
+
+from __future__ import annotations
+
+from ...schema.run import MAX_OWN_LAUNCHER_RANKS, RankStatus
+from ...wording import plural, ranks_text
+from ..records import RunRecords
+from ..verdict import Outcome, failed, passed
+from .registry import cannot_confirm, check
+
+
+@check("process_group", "Process group created", 2, "Change 1")
+def process_group(run: RunRecords) -> Outcome:
+    # A refused call is the cause; a rank stopped before its own call is only a consequence.
+    for r in sorted(run.ranks, key=lambda r: r.first("init_refused") is None):
+        calls = r.all("init_process_group")
+        if not calls:
+            if not r.finished:
+                return cannot_confirm(run, "that every rank created the process group")
+            return failed(
+                f"Rank {r.rank} never called init_process_group.",
+                "Call dist.init_process_group(backend, rank=rank, world_size=world_size) at the start of main.",
+                r.rank,
+            )
+        refused = r.first("init_refused")
+        if refused is not None:
+            return failed(f"Rank {r.rank}: {refused['reason']}", refused["hint"], r.rank)
+        if len(calls) > 1:
+            return failed(
+                f"Rank {r.rank} called init_process_group {len(calls)} times.",
+                "Create the process group once per rank, at the start of main.",
+                r.rank,
+            )
+        ready = r.first("process_group_ready")
+        if ready is None:
+            return failed(
+                f"Rank {r.rank} called init_process_group, but the group was never ready "
+                f"({run.why_not_reached(r.rank)}).",
+                "Look at the error above: the group could not be created.",
+                r.rank,
+            )
+        if ready["backend"] != run.backend:
+            return failed(
+                f"Rank {r.rank} created its process group with the {ready['backend']} backend, but this run "
+                f"uses {run.backend}.",
+                "Use 'nccl' when there is a GPU per rank and 'gloo' on the CPU: "
+                "'nccl' if torch.cuda.is_available() else 'gloo'.",
+                r.rank,
+            )
+    return passed(f"All {run.world_size} ranks joined one {run.backend} process group, each with its own rank.")
+
+
+@check("cleanup", "Process group destroyed", 1, "Change 5")
+def cleanup(run: RunRecords) -> Outcome:
+    if not run.all_finished:
+        return cannot_confirm(run, "that the process group was destroyed")
+    for r in run.ranks:
+        end = r.first("rank_end")
+        destroyed = any(e["default_group"] for e in r.all("destroy_process_group"))
+        if not destroyed or end["process_group_still_initialized"]:
+            return failed(
+                f"Rank {r.rank} returned from main without destroying its process group.",
+                "Call dist.destroy_process_group() at the end of main, in a `finally:` block so it runs after "
+                "an error too.",
+                r.rank,
+            )
+    return passed("Every rank destroyed its process group before returning.")
+
+
+LAUNCHER_HINT = (
+    'At the bottom of the file: if __name__ == "__main__": world_size = ...; '
+    "mp.spawn(main, args=(world_size,), nprocs=world_size)."
+)
+
+
+@check("launcher", "Your launcher starts the ranks", 1, "The launcher")
+def launcher(run: RunRecords) -> Outcome:
+    # The launcher is run once the graded ranks have finished: it repeats their work.
+    if not run.all_finished:
+        return cannot_confirm(run, "that your launcher starts the ranks")
+    own = run.own_launcher
+    if own is None:
+        return failed("Your launcher was not run.", "This is a problem of the grading machine; tell your instructor.")
+    calls, done, joined = own.all("spawn_called"), own.first("launcher_done"), own.first("spawn_joined")
+    status = own.outcome.status if own.outcome else None
+    if not calls:
+        if done is not None and done["failed"]:
+            return failed(
+                f"When your file was run as a program, it failed before it started any rank: {done['error']}",
+                "Fix that error; it happens outside main, in the code that runs when the file is run.",
+            )
+        return failed(
+            "When your file was run as a program, it started no ranks: it never called mp.spawn or start_processes.",
+            LAUNCHER_HINT,
+        )
+    asked = calls[0]
+    if own.first("spawn_refused") is not None or asked["nprocs"] in (0, "0"):
+        if asked["gpus"] == 0 and asked["nprocs"] in (0, "0"):
+            return failed(
+                "Your launcher asked for 0 processes: torch.cuda.device_count() is 0 on a machine without a GPU, "
+                "so nothing ran.",
+                "Fall back to CPU processes when there is no GPU: world_size = torch.cuda.device_count() or 2.",
+            )
+        return failed(
+            f"Your launcher asked for nprocs={asked['nprocs']} processes, which the grader cannot start.",
+            f"Start 1 to {MAX_OWN_LAUNCHER_RANKS} processes: nprocs=world_size with a world_size of 1 or more.",
+        )
+    if status == RankStatus.HUNG:
+        return failed(
+            f"The {plural(asked['nprocs'], 'rank')} your launcher started did not finish in time.",
+            "Run the file yourself: `python FILE` must end once training has.",
+        )
+    if joined is None or joined["error"]:
+        why = joined["error"].strip().splitlines()[-1] if joined and joined["error"].strip() else "it did not end"
+        return failed(
+            f"Not every rank your launcher started finished: {why}",
+            "Run the file yourself (`python FILE`) and fix the first error it shows.",
+        )
+    if status != RankStatus.FINISHED or done is None or done["failed"]:
+        error = done["error"] if done else "it was stopped"
+        return failed(
+            f"Your ranks finished, but the program then failed: {error}", "Let the program end after mp.spawn returns."
+        )
+    started = run.own_launcher_ranks
+    idle = [r.rank for r in started if r.first("process_group_ready") is None]
+    if len(started) < asked["nprocs"] or idle:
+        return failed(
+            f"Your launcher started {plural(asked['nprocs'], 'rank')}, but "
+            f"{ranks_text(idle) if idle else 'not all of them'} never joined a process group: the function it "
+            "started is not your DDP main.",
+            "Start main itself: mp.spawn(main, args=(world_size,), nprocs=world_size).",
+        )
+    return passed(
+        f"Run as a program, your file started {plural(asked['nprocs'], 'rank')}; all joined a process group and "
+        "finished."
+    )
+
+
+def _no_gpus(run: RunRecords) -> str | None:
+    if run.backend == "nccl":
+        return None
+    return "Not counted on this machine: the run is on the CPU, with no GPUs to place ranks on."
+
+
+@check("gpu_device", "Each rank on its own GPU", 1, "Change 1", graded=False, cannot_apply=_no_gpus)
+def gpu_device(run: RunRecords) -> Outcome:
+    for r in run.ranks:
+        init = r.first("init_process_group")
+        if init is None:
+            return cannot_confirm(run, "GPU placement")
+        if not init["set_device_calls"]:
+            return failed(
+                f"Rank {r.rank} created its process group before choosing its GPU.",
+                "Call torch.cuda.set_device(rank) before dist.init_process_group.",
+                r.rank,
+            )
+        if init["set_device_calls"][-1] not in (str(r.rank), f"cuda:{r.rank}"):
+            return failed(
+                f"Rank {r.rank} chose GPU {init['set_device_calls'][-1]} instead of cuda:{r.rank}.",
+                "Use the rank as the device: torch.cuda.set_device(rank).",
+                r.rank,
+            )
+        ddp = r.first("ddp_created")
+        if ddp and ddp["devices"] != [f"cuda:{r.rank}"]:
+            return failed(
+                f"Rank {r.rank}'s model is on {', '.join(ddp['devices'])}, not cuda:{r.rank}.",
+                "Move the model to its own GPU before wrapping it: model.to(rank).",
+                r.rank,
+            )
+    return passed("Each rank set its own GPU (cuda:<rank>) before creating the process group.")

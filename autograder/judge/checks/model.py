@@ -1,0 +1,258 @@
+"""The checks of the model (change 3): DDP wraps it, the ranks average their
+gradients so the weights stay equal, and the model really trained.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ...wording import plural
+from ..analysis import SYNC_TOLERANCE, relative_distance, relative_spread, weight_spread
+from ..records import RankRecords, RunRecords
+from ..verdict import Outcome, failed, passed
+from .registry import cannot_confirm, check
+
+GRADIENT_TOLERANCE = 1e-3  # relative distance of the applied gradient from the ranks' mean
+
+
+@check("ddp_wrapped", "Model wrapped in DistributedDataParallel", 2, "Change 3")
+def ddp_wrapped(run: RunRecords) -> Outcome:
+    for r in run.ranks:
+        end = r.first("training_end")
+        if end is not None and end["steps"] and end["allreduce_synced_steps"] >= end["steps"]:
+            return failed(
+                f"Rank {r.rank} averaged the gradients itself, with all_reduce: that is correct data "
+                "parallelism, but this exercise asks for DDP to do it.",
+                "Wrap the model in DDP, train with the wrapped model, and drop the hand-written all_reduce.",
+                r.rank,
+            )
+        if not r.all("ddp_created"):
+            if not run.all_finished and not r.first("first_step"):
+                return cannot_confirm(run, "that the model was wrapped")
+            return failed(
+                f"Rank {r.rank} trained a model that is not wrapped in DistributedDataParallel, so its "
+                "gradients were never averaged.",
+                "Wrap the model after moving it to its device: model = DDP(model, device_ids=[rank]) on a GPU, "
+                "DDP(model) on the CPU.",
+                r.rank,
+            )
+        step = r.first("first_step")
+        if step is None and not run.all_finished:
+            return cannot_confirm(run, "that the wrapped model was trained")
+        if step is not None and step["parameters_in_ddp"] < step["parameters"]:
+            return failed(
+                f"On rank {r.rank}, {step['parameters'] - step['parameters_in_ddp']} of the "
+                f"{step['parameters']} parameters the optimizer updates are not in the DDP model.",
+                "Build the optimizer from the wrapped model: optimizer = SGD(model.parameters(), ...) after "
+                "model = DDP(model).",
+                r.rank,
+            )
+        forwards = r.first("ddp_forward_calls")
+        if forwards is not None and not any(forwards["calls"].values()):
+            return failed(
+                f"Rank {r.rank} wrapped the model in DDP but never called the wrapper (model.module(x) skips "
+                "the gradient averaging).",
+                "Call the DDP model itself in training: pred = model(x).",
+                r.rank,
+            )
+        if end is not None and end["steps"] > end["ddp_synced_steps"]:
+            averaged = end["ddp_synced_steps"] or "none"
+            return failed(
+                f"On rank {r.rank}, DDP averaged the gradients of {averaged} of the {end['steps']} optimizer "
+                "steps: a step counts when a forward of the DDP model, with gradients on, comes before it "
+                "(a forward under torch.no_grad() does not).",
+                "In every training step, call the DDP model itself (pred = model(x)) and step the optimizer "
+                "built from its parameters.",
+                r.rank,
+            )
+    return passed(
+        "The trained model is wrapped in DistributedDataParallel on every rank, and DDP averaged the "
+        "gradients of every step."
+    )
+
+
+def _last_weights(r: RankRecords) -> tuple[int, list[float]] | None:
+    """(steps, fingerprint) of the latest weights this rank recorded: at the
+    end of training, or, for a rank that was stopped, its last snapshot."""
+    end = r.first("training_end")
+    if end is not None and end["fingerprint"] is not None:
+        return end["steps"], end["fingerprint"]
+    snapshots = r.all("snapshot")
+    return (snapshots[-1]["step"], snapshots[-1]["fingerprint"]) if snapshots else None
+
+
+def _unsynced(run: RunRecords) -> Outcome | None:
+    """A step after which nothing averaged the gradients over the ranks."""
+    for r in run.ranks:
+        end = r.first("training_end")
+        if end is None or not end["steps"]:
+            continue
+        synced = r.averaged_steps
+        if synced < end["steps"]:
+            alone = "none" if not synced else f"only {synced}"
+            return failed(
+                f"On rank {r.rank}, {alone} of the {end['steps']} optimizer steps came after an averaging of the "
+                "gradients (DDP, or an all_reduce of them). Weights that stay equal without it come only from "
+                "every rank training the same copy on the same data.",
+                "Wrap the model in DDP and train with the wrapped model, so each step's gradients are averaged.",
+                r.rank,
+            )
+    return None
+
+
+def _not_averaged(run: RunRecords) -> Outcome | None:
+    """The first step's applied gradient, against the mean of the ranks' own gradients."""
+    steps = [r.first("first_step") for r in run.ranks]
+    if any(s is None or not s["local_gradient"] or not s["applied_gradient"] for s in steps):
+        return None
+    own = [s["local_gradient"] for s in steps]
+    applied = [s["applied_gradient"] for s in steps]
+    if len({len(g) for g in own + applied}) != 1:
+        return None
+    mean = [sum(values) / len(own) for values in zip(*own, strict=True)]
+    wrong = [
+        r
+        for r, a in enumerate(applied)
+        if relative_distance(a, mean) > GRADIENT_TOLERANCE and not _scaled_down(a, mean)
+    ]
+    if not wrong:
+        return None
+
+    def all_close_to(target) -> bool:
+        return all(relative_distance(a, target) <= GRADIENT_TOLERANCE for a in applied)
+
+    fix = (
+        "Average the gradients over all ranks: let DDP do it, or all_reduce each gradient and divide by the world size."
+    )
+    if all_close_to([value * len(own) for value in mean]):
+        return failed(
+            "Every rank applied the sum of the ranks' gradients, not their mean.",
+            "After all_reduce(grad), divide by the world size: grad /= world_size (DDP does this for you).",
+        )
+    source = next((k for k in range(len(own)) if all_close_to(own[k])), None)
+    if source is not None:
+        return failed(
+            f"Every rank applied rank {source}'s gradient instead of the mean over the ranks, so the other "
+            "ranks' data never reached the model.",
+            fix,
+        )
+    if all(relative_distance(a, o) <= GRADIENT_TOLERANCE for a, o in zip(applied, own, strict=True)):
+        return failed("Each rank applied its own gradient: nothing averaged the gradients over the ranks.", fix)
+    rank = wrong[0]
+    return failed(
+        f"The gradient rank {rank} applied in its first step is not the mean of the ranks' gradients "
+        f"(relative distance {relative_distance(applied[rank], mean):.1e}).",
+        fix,
+        rank,
+    )
+
+
+def _scaled_down(applied: list[float], mean: list[float]) -> bool:
+    """The mean, shortened (as gradient clipping does): same direction, smaller length."""
+    length = math.sqrt(sum(x * x for x in applied))
+    mean_length = math.sqrt(sum(x * x for x in mean))
+    if not length or length > mean_length:
+        return False
+    cosine = sum(a * b for a, b in zip(applied, mean, strict=True)) / (length * mean_length)
+    return cosine > 1 - 1e-6
+
+
+@check("weights_in_sync", "Weights equal on every rank", 2, "Change 3")
+def weights_in_sync(run: RunRecords) -> Outcome:
+    compared = weight_spread(run)
+    for step, spread in compared:
+        if spread > SYNC_TOLERANCE:
+            return failed(
+                f"After step {step} the ranks' weights differ (relative difference {spread:.1e}): each rank "
+                "trained its own copy.",
+                "Wrap the model in DDP before training and call the wrapped model, so gradients are averaged "
+                "over the ranks.",
+            )
+    problem = _not_averaged(run) or _unsynced(run)  # the mean first: it names a broadcast
+    if problem:
+        return problem
+    if not run.all_finished:
+        if not compared:
+            return cannot_confirm(run, "that the weights stayed equal")
+        return passed(
+            f"At all {plural(len(compared), 'step')} recorded before the run stopped (up to step "
+            f"{compared[-1][0]}), the weights were the same on all {run.world_size} ranks."
+        )
+    ends = [r.first("training_end") for r in run.ranks]
+    if any(e["fingerprint"] is None for e in ends):
+        return failed(
+            "No model was trained or wrapped in DDP, so there are no weights to compare.",
+            "Wrap the model in DDP and train it with an optimizer.",
+        )
+    final = relative_spread([e["fingerprint"] for e in ends])
+    if final > SYNC_TOLERANCE:
+        return failed(
+            f"After training the ranks' weights differ (relative difference {final:.1e}).",
+            "Let every rank take the same number of steps with the DDP model.",
+        )
+    return passed(
+        f"Every one of the {plural(ends[0]['steps'], 'step')} averaged the gradients over the ranks, and the "
+        f"weights are the same on all {run.world_size} ranks."
+    )
+
+
+def _loss_trend(losses: list[float]) -> tuple[float, float, int] | None:
+    """The mean loss of the first and the last tenth of the steps, and that tenth's length."""
+    if len(losses) < 4:
+        return None
+    window = max(1, len(losses) // 10)
+    return sum(losses[:window]) / window, sum(losses[-window:]) / window, window
+
+
+@check("training", "The model trained", 1, "Changes 1 to 5")
+def training(run: RunRecords) -> Outcome:
+    for r in run.ranks:
+        first, last = r.first("first_step"), _last_weights(r)
+        if first is None or last is None or not last[0]:
+            if not r.finished:
+                return cannot_confirm(run, "that the model trained")
+            return failed(
+                f"Rank {r.rank} never called optimizer.step(), so the weights never changed.",
+                "In each batch: optimizer.zero_grad(), loss.backward(), optimizer.step().",
+                r.rank,
+            )
+        if relative_spread([first["fingerprint"], last[1]]) < 1e-7:
+            return failed(
+                f"Rank {r.rank} took {last[0]} optimizer steps but its weights did not change.",
+                "Check that loss.backward() runs before optimizer.step() and the learning rate is not zero.",
+                r.rank,
+            )
+        if trained_alone(r):
+            return not_distributed(r, "there is no distributed training to judge")
+    end = run.ranks[0].first("training_end")
+    losses = [value for _, value in end["losses"]] if end else []
+    trend = _loss_trend(losses)
+    so_far = "" if run.all_finished else " before the run stopped"
+    if trend is None:
+        return passed(f"The optimizer updated the weights{so_far}.")
+    start, final, window = trend
+    # The figures the loss chart draws first and last, with the means the judgement compares.
+    over = f"rank 0's loss went from {losses[0]:.3g} at the first step to {losses[-1]:.3g} at step {len(losses)}"
+    means = f"(means of the first and last {plural(window, 'step')}: {start:.3g} and {final:.3g})"
+    if not final < start:
+        return failed(
+            f"The loss did not fall: {over}{so_far} {means}.",
+            "Check the learning rate and that the optimizer updates the model you call.",
+            0,
+        )
+    return passed(f"The loss fell: {over}{so_far} {means}.")
+
+
+def trained_alone(r: RankRecords) -> bool:
+    """It stepped, and no step averaged its gradients with the other ranks."""
+    end = r.first("training_end")
+    return end is not None and end["steps"] > 0 and not r.averaged_steps
+
+
+def not_distributed(r: RankRecords, so: str) -> Outcome:
+    return failed(
+        f"Not checked: rank {r.rank} trained without averaging its gradients with the other ranks (no DDP "
+        f"model, no all_reduce of the gradients), so {so}.",
+        "Wrap the model in DDP and train with the wrapped model.",
+        r.rank,
+    )
