@@ -26,6 +26,7 @@ from conftest import ROOT, failed_ids
 
 from autograder import grade
 from autograder.exercises import EXERCISES
+from autograder.judge.checks import REPORT_ORDER
 
 LR, MNIST, FT = "linear_regression", "mnist", "fault_tolerance"
 REFERENCES = {name: ROOT / exercise.solution for name, exercise in EXERCISES.items()}
@@ -87,16 +88,9 @@ def after_the_restart(error: str) -> dict[str, Says]:
     return {c: Says(error, hint="kill -9") for c in ("resumed", "resume_epoch", "optimizer_restored", "same_result")}
 
 
-# A crash at the first checkpoint: everything before it was recorded, and is judged.
-TRAINED_BEFORE_THE_CRASH = (
-    "process_group",
-    "distributed_sampler",
-    "same_dataset",
-    "set_epoch",
-    "ddp_wrapped",
-    "weights_in_sync",
-    "training",
-)
+# A crash at the first checkpoint: everything before it was recorded, and is judged: the
+# checks of changes 1 to 3, which come first in the report, up to "training".
+TRAINED_BEFORE_THE_CRASH = REPORT_ORDER[: REPORT_ORDER.index("training") + 1]
 # Without a sampler in training, the checks of its use have nothing to judge, and give no points.
 WITHOUT_SAMPLER = {
     "same_dataset": Says("Not checked: comparing the ranks' data sets needs", hint="DistributedSampler first"),
