@@ -4,10 +4,13 @@ sides keep to, and exercise records that the course agrees with."""
 from __future__ import annotations
 
 import ast
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
+import conftest
 import nbformat
 import pytest
 from traitlets.config.loader import PyFileConfigLoader
@@ -210,3 +213,11 @@ def test_nbgrader_config_ignores_what_running_the_notebooks_leaves():
     assert set(LEFT_BY_RUNNING) <= set(config.CourseDirectory.ignore)
     assert {e.program for e in EXERCISES.values()} <= set(config.CourseDirectory.ignore)
     assert [folder.name for folder in sorted((ROOT / "source").iterdir()) if folder.is_dir()] == sorted(ASSIGNMENTS)
+
+
+def test_a_quick_test_that_starts_a_process_is_told_it_belongs_to_the_slow_tier():
+    """The guard of tests/conftest.py: the quick tier cannot quietly grow slow tests."""
+    with pytest.raises(conftest.StartsAProcess, match="belongs to the slow tier.*PROCESS_FIXTURES"):
+        subprocess.run(["true"], check=False)
+    with pytest.raises(conftest.StartsAProcess):
+        os.posix_spawn("/bin/true", ["true"], {})
