@@ -86,8 +86,8 @@ def producer_sha256() -> str:
     digest = hashlib.sha256()
     for root in PRODUCERS:
         for path in sorted(root.rglob("*.py")) if root.is_dir() else [root]:
-            digest.update(f"{path.relative_to(root.parent)}\0{len(path.read_bytes())}\0".encode())
-            digest.update(path.read_bytes())
+            text = path.read_bytes()
+            digest.update(f"{path.relative_to(root.parent)}\0{len(text)}\0".encode() + text)
     return digest.hexdigest()
 
 
