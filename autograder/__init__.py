@@ -1,8 +1,8 @@
 """ddp-course autograder: run a student's DDP code in real ranks and judge
 what each rank did.
 
-    from autograder import grade
-    report = grade("linear_regression_ddp.py", exercise="linear_regression", world_size=2)
+    from autograder import RunOptions, grade
+    report = grade("linear_regression_ddp.py", "linear_regression", RunOptions(world_size=3))
 
 Names are imported on first use, so `from autograder.notebook import check`
 does not pull torch into a notebook kernel.
@@ -10,7 +10,7 @@ does not pull torch into a notebook kernel.
 
 from importlib import import_module
 
-_EXPORTS = {"grade": ".grading", "Report": ".judge.verdict", "CannotGrade": ".errors"}
+_EXPORTS = {"grade": ".grading", "RunOptions": ".schema.run", "Report": ".judge.verdict", "CannotGrade": ".errors"}
 __all__ = list(_EXPORTS)
 
 

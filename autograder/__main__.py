@@ -19,7 +19,7 @@ from .exercises import EXERCISES
 from .launch import LAUNCHERS
 from .launch.backend import BACKENDS
 from .nbgrader_ext.exports import FORMATS as EXPORT_FORMATS
-from .schema.run import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE, Limits
+from .schema.run import DEFAULT_OPTIONS, DEFAULT_WORLD_SIZE, Limits, RunOptions
 
 EXIT_PASSED, EXIT_FAILED, EXIT_CANNOT_GRADE = 0, 1, 2
 
@@ -33,18 +33,9 @@ def _check(args) -> int:
 
     started = time.monotonic()
     world_sizes = [args.world_size, DEFAULT_WORLD_SIZE, HIDDEN_WORLD_SIZE] if args.gradescope else [args.world_size]
-    reports = grade_at(
-        args.submission,
-        args.exercise,
-        world_sizes,
-        backend=args.backend,
-        timeout_s=args.timeout,
-        # This process computes nothing with torch before its one grading starts, so those ranks may fork from it.
-        fork_from_here=len(set(world_sizes)) == 1,
-        launcher_kind=args.launcher,
-        sandbox="off" if args.unsafe_no_sandbox else "required",
-        limits=Limits(memory_bytes=int(args.memory_limit * 2**30)),
-    )
+    # This process computes nothing with torch before its one grading starts, so those ranks may fork from it.
+    options = _run_options(args, fork_from_here=len(set(world_sizes)) == 1)
+    reports = grade_at(args.submission, args.exercise, world_sizes, options)
     report = reports[args.world_size]
     if args.gradescope:
         from pathlib import Path
@@ -63,6 +54,19 @@ def _check(args) -> int:
     if not args.quiet:
         text.render(report, Console(highlight=False), show_output=args.show_output)
     return EXIT_PASSED if report.passed else EXIT_FAILED
+
+
+def _run_options(args, fork_from_here: bool = False) -> RunOptions:
+    """check's flags as RunOptions. An instructor's check never runs unsandboxed unless told to."""
+    return RunOptions(
+        world_size=args.world_size,
+        backend=args.backend,
+        timeout_s=args.timeout,
+        launcher=args.launcher,
+        sandbox="off" if args.unsafe_no_sandbox else "required",
+        limits=Limits(memory_bytes=int(args.memory_limit * 2**30)),
+        fork_from_here=fork_from_here,
+    )
 
 
 def _course_checkout(console: Console, failure: str):
@@ -240,10 +244,7 @@ def _autograde_on_slurm(args, console: Console, progress):
         return EXIT_CANNOT_GRADE, ""
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-
+def _add_check(commands) -> None:
     check = commands.add_parser(
         "check",
         help="grade one submission",
@@ -254,41 +255,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument("submission", help="a .py script or a .ipynb notebook that defines main(rank, world_size)")
     check.add_argument("--exercise", required=True, choices=sorted(EXERCISES), help="which exercise this is")
-    check.add_argument(
-        "--world-size", type=int, default=DEFAULT_WORLD_SIZE, help=f"number of ranks (default {DEFAULT_WORLD_SIZE})"
-    )
-    check.add_argument(
-        "--backend",
-        default="auto",
-        choices=BACKENDS,
-        help="auto: nccl when there is a GPU per rank, else gloo (default auto)",
-    )
-    check.add_argument(
-        "--timeout",
-        type=float,
-        default=DEFAULT_TIMEOUT_S,
-        help=f"seconds before a run is declared hung and every rank is killed (default {DEFAULT_TIMEOUT_S:g})",
-    )
-    check.add_argument(
-        "--launcher",
-        choices=sorted(LAUNCHERS),
-        default=None,
-        help="how the ranks start: mp (torch.multiprocessing, the default) or process "
-        "(each rank its own `python -m autograder.rank`, as an agent on another host starts it)",
-    )
-    check.add_argument(
-        "--unsafe-no-sandbox",
-        action="store_true",
-        help="run the ranks without the sandbox, as this user with all its rights: only for code you trust. "
-        "Without it, grading refuses to run where it cannot sandbox (it needs root on Linux)",
-    )
-    check.add_argument(
-        "--memory-limit",
-        type=float,
-        default=Limits.memory_bytes / 2**30,
-        metavar="GIB",
-        help=f"memory each rank may use in the sandbox (default {Limits.memory_bytes / 2**30:g} GiB)",
-    )
+    _add_run_options(check)
     check.add_argument("--json", metavar="FILE", help="also write the report as JSON")
     check.add_argument("--html", metavar="FILE", help="also write the report as a standalone HTML page")
     check.add_argument("--show-output", action="store_true", help="show every rank's output, not only failing ranks'")
@@ -300,6 +267,49 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(run=_check)
 
+
+def _add_run_options(check: argparse.ArgumentParser) -> None:
+    """RunOptions as flags, with its defaults."""
+    default = DEFAULT_OPTIONS
+    check.add_argument(
+        "--world-size", type=int, default=default.world_size, help=f"number of ranks (default {default.world_size})"
+    )
+    check.add_argument(
+        "--backend",
+        default=default.backend,
+        choices=BACKENDS,
+        help=f"auto: nccl when there is a GPU per rank, else gloo (default {default.backend})",
+    )
+    check.add_argument(
+        "--timeout",
+        type=float,
+        default=default.timeout_s,
+        help=f"seconds before a run is declared hung and every rank is killed (default {default.timeout_s:g})",
+    )
+    check.add_argument(
+        "--launcher",
+        choices=sorted(LAUNCHERS),
+        default=default.launcher,
+        help="how the ranks start: mp (torch.multiprocessing, the default) or process "
+        "(each rank its own `python -m autograder.rank`, as an agent on another host starts it)",
+    )
+    check.add_argument(
+        "--unsafe-no-sandbox",
+        action="store_true",
+        help="run the ranks without the sandbox, as this user with all its rights: only for code you trust. "
+        "Without it, grading refuses to run where it cannot sandbox (it needs root on Linux)",
+    )
+    memory_gib = default.limits.memory_bytes / 2**30
+    check.add_argument(
+        "--memory-limit",
+        type=float,
+        default=memory_gib,
+        metavar="GIB",
+        help=f"memory each rank may use in the sandbox (default {memory_gib:g} GiB)",
+    )
+
+
+def _add_autograde(commands) -> None:
     class_run = commands.add_parser(
         "autograde",
         help="nbgrader's autograde of a whole class, several students at a time",
@@ -339,6 +349,8 @@ def _parser() -> argparse.ArgumentParser:
     on_slurm.add_argument("--merge", action="store_true", help="wait for the last --slurm run, then merge it")
     class_run.set_defaults(run=_autograde)
 
+
+def _add_gradebook_commands(commands) -> None:
     exports = commands.add_parser(
         "export",
         help="the gradebook as a CSV file: totals, Canvas's import format, or a column per check",
@@ -364,6 +376,8 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--course", default=".", help="the course directory (default: here)")
     report.set_defaults(run=_class_report)
 
+
+def _add_bundles(commands) -> None:
     bundle = commands.add_parser(
         "student-bundle",
         help="write the students' package: the released assignments and the grader, no answers",
@@ -379,6 +393,12 @@ def _parser() -> argparse.ArgumentParser:
     on_gradescope.add_argument("-o", "--output", default="autograder.zip", help="the zip file to write")
     on_gradescope.set_defaults(run=_gradescope_bundle)
 
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_check, _add_autograde, _add_gradebook_commands, _add_bundles):
+        add(commands)
     return parser
 
 

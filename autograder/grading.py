@@ -24,9 +24,9 @@ from .judge.tampering import TAMPERING_HINT, contradictions
 from .judge.verdict import RankSummary, Report
 from .launch import LAUNCHERS, Job, launcher
 from .launch import backend as backends
-from .launch.own import launch_own
+from .launch.own import OwnLauncher
 from .launch.sandbox import why_unavailable
-from .schema.run import DEFAULT_LIMITS, DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE, Limits, RankStatus
+from .schema.run import DEFAULT_OPTIONS, SANDBOX_POLICIES, RankStatus, RunOptions
 from .wording import RANK_STATUS_WORDS, exit_phrase
 
 MAX_WORLD_SIZE = 16
@@ -34,29 +34,32 @@ OWN_LAUNCHER_GRACE_S = 30.0  # the student's own launcher gets at least twice th
 PARTITION_EPOCHS = 6  # epochs drawn in the partition map
 
 
-def _validated(exercise: str, world_size: int, backend: str, timeout_s: float, launcher_kind: str | None) -> Exercise:
+def _validated(exercise: str, options: RunOptions) -> Exercise:
     if exercise not in EXERCISES:
         raise CannotGrade(f"Unknown exercise {exercise!r}.", f"Choose one of: {', '.join(EXERCISES)}.")
-    if not 1 <= world_size <= MAX_WORLD_SIZE:
-        raise CannotGrade(f"--world-size must be between 1 and {MAX_WORLD_SIZE}, not {world_size}.")
-    if not timeout_s > 0:
-        raise CannotGrade(f"--timeout must be a positive number of seconds, not {timeout_s}.")
-    if backend not in backends.BACKENDS:
-        raise CannotGrade(f"Unknown backend {backend!r}.", f"Choose one of: {', '.join(backends.BACKENDS)}.")
-    if launcher_kind is not None and launcher_kind not in LAUNCHERS:
-        raise CannotGrade(f"Unknown launcher {launcher_kind!r}.", f"Choose one of: {', '.join(LAUNCHERS)}.")
+    if not 1 <= options.world_size <= MAX_WORLD_SIZE:
+        raise CannotGrade(f"--world-size must be between 1 and {MAX_WORLD_SIZE}, not {options.world_size}.")
+    if not options.timeout_s > 0:
+        raise CannotGrade(f"--timeout must be a positive number of seconds, not {options.timeout_s}.")
+    if options.backend not in backends.BACKENDS:
+        raise CannotGrade(f"Unknown backend {options.backend!r}.", f"Choose one of: {', '.join(backends.BACKENDS)}.")
+    if options.launcher is not None and options.launcher not in LAUNCHERS:
+        raise CannotGrade(f"Unknown launcher {options.launcher!r}.", f"Choose one of: {', '.join(LAUNCHERS)}.")
+    if options.sandbox not in SANDBOX_POLICIES:
+        raise CannotGrade(
+            f"Unknown sandbox policy {options.sandbox!r}.", f"Choose one of: {', '.join(SANDBOX_POLICIES)}."
+        )
+    if not options.limits.memory_bytes >= 2**20:
+        raise CannotGrade(f"--memory-limit must be at least 1 MiB, not {options.limits.memory_bytes} bytes.")
     return EXERCISES[exercise]
 
 
-SANDBOX_POLICIES = ("required", "auto", "off")
 _UNSANDBOXED = {"off": "the grader was told to run without the sandbox (--unsafe-no-sandbox)"}
 
 
 def _sandboxed(policy: str) -> bool:
     """required: instructor grading, never without the sandbox. auto: a
     student's own check, which can only fool the student where there is none."""
-    if policy not in SANDBOX_POLICIES:
-        raise CannotGrade(f"Unknown sandbox policy {policy!r}.", f"Choose one of: {', '.join(SANDBOX_POLICIES)}.")
     reason = why_unavailable()
     if policy == "required" and reason is not None:
         raise CannotGrade(
@@ -89,16 +92,11 @@ def _run(
     exercise: Exercise,
     sub: submissions.Submission,
     run_dir: Path,
-    world_size: int,
-    backend: str,
-    timeout_s: float,
-    fork_from_here: bool,
-    launcher_kind: str,
+    options: RunOptions,
     sandboxed: bool,
-    limits: Limits,
     own_launcher_run: OwnLauncherRun | None,
 ) -> RunRecords:
-    resolved, hide_gpus = backends.resolve(backend, world_size)
+    resolved, hide_gpus = backends.resolve(options.backend, options.world_size)
     workdir, private_dir = run_dir / "work", run_dir / "private"
     workdir.mkdir()
     private_dir.mkdir()
@@ -106,22 +104,22 @@ def _run(
     exercise.prepare(workdir)
     problem = submissions.preflight(sub, needs_main=exercise.launcher != "torchrun")
     if problem is not None:
-        return RunRecords(exercise.name, world_size, resolved, [], None, problem=problem)
+        return RunRecords(exercise.name, options.world_size, resolved, [], None, problem=problem)
     provided = _files(workdir)
     job = Job(
-        world_size,
-        resolved,
-        hide_gpus,
-        timeout_s,
-        module_path,
-        workdir,
-        sub.is_notebook,
-        fork_from_here,
-        sandboxed,
-        limits,
+        world_size=options.world_size,
+        backend=resolved,
+        hide_gpus=hide_gpus,
+        timeout_s=options.timeout_s,
+        module_path=module_path,
+        workdir=workdir,
+        is_notebook=sub.is_notebook,
+        fork_from_here=options.fork_from_here,
+        sandboxed=sandboxed,
+        limits=options.limits,
     )
-    result = launcher(launcher_kind).launch(job, private_dir)
-    run = collect(exercise.name, world_size, resolved, result, sorted(_files(workdir) - provided))
+    result = launcher(options.launcher or exercise.launcher).launch(job, private_dir)
+    run = collect(exercise.name, options.world_size, resolved, result, sorted(_files(workdir) - provided))
     saved = [e["path"] for r in run.ranks for e in r.all("torch_save")]
     run.checkpoints = inspect_checkpoints(workdir, run.files_left, saved)
     if result.attempts:
@@ -146,19 +144,13 @@ def _run_own_launcher(exercise: Exercise, job: Job, run_dir: Path, graded_run_s:
     exercise.prepare(workdir)
     deadline = min(job.timeout_s, max(job.timeout_s - graded_run_s, 2 * graded_run_s + OWN_LAUNCHER_GRACE_S))
     own_job = replace(job, workdir=workdir, timeout_s=deadline)
-    return collect_own_launcher(launch_own(own_job, run_dir / "own_launcher"))
+    return collect_own_launcher(OwnLauncher().launch(own_job, run_dir / "own_launcher"))
 
 
 def record(
     path: str | os.PathLike,
     exercise: str,
-    world_size: int = DEFAULT_WORLD_SIZE,
-    backend: str = "auto",
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    fork_from_here: bool = False,
-    launcher_kind: str | None = None,
-    sandbox: str = "auto",
-    limits: Limits = DEFAULT_LIMITS,
+    options: RunOptions = DEFAULT_OPTIONS,
     own_launcher_run: OwnLauncherRun | None = None,
 ) -> tuple[submissions.Submission, RunRecords]:
     """Load, preflight and launch: the submission and the records of its run,
@@ -167,29 +159,14 @@ def record(
     own_launcher_run: the run of the student's own launcher from another
     grading of the same file. That run is the same at every world size (the
     student's code chooses its own), so a second grading may reuse it."""
-    chosen = _validated(exercise, world_size, backend, timeout_s, launcher_kind)
-    sandboxed = _sandboxed(sandbox)
-    if not limits.memory_bytes >= 2**20:
-        raise CannotGrade(f"--memory-limit must be at least 1 MiB, not {limits.memory_bytes} bytes.")
+    chosen = _validated(exercise, options)
+    sandboxed = _sandboxed(options.sandbox)
     sub = submissions.load(path)
     run_dir = Path(tempfile.mkdtemp(prefix="ddp-grade-"))
     try:
-        kind = launcher_kind or chosen.launcher
-        run = _run(
-            chosen,
-            sub,
-            run_dir,
-            world_size,
-            backend,
-            timeout_s,
-            fork_from_here,
-            kind,
-            sandboxed,
-            limits,
-            own_launcher_run,
-        )
+        run = _run(chosen, sub, run_dir, options, sandboxed, own_launcher_run)
         if not sandboxed:
-            run.unsandboxed = _UNSANDBOXED.get(sandbox) or why_unavailable() or ""
+            run.unsandboxed = _UNSANDBOXED.get(options.sandbox) or why_unavailable() or ""
         return sub, run
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -200,26 +177,21 @@ def judge(sub: submissions.Submission, run: RunRecords) -> Report:
     return _report(run, sub, run_checks(run, EXERCISES[run.exercise].checks))
 
 
-def grade(path: str | os.PathLike, exercise: str, *args, **kwargs) -> Report:
-    """Grade one submission: record() then judge(), with record()'s arguments.
-    Raises CannotGrade when it cannot be graded at all.
-
-    fork_from_here: start the ranks by forking this process (fast). Only for
-    a process that has run no torch computation, such as the command line.
-    launcher_kind: how ranks start (autograder.launch.LAUNCHERS); default: the exercise's.
-    sandbox: "required" (never without it), "auto" (where the machine allows) or "off".
-    limits: what each rank may use in the sandbox.
-    """
-    return judge(*record(path, exercise, *args, **kwargs))
+def grade(path: str | os.PathLike, exercise: str, options: RunOptions = DEFAULT_OPTIONS) -> Report:
+    """Grade one submission: record() then judge(). Raises CannotGrade when
+    it cannot be graded at all."""
+    return judge(*record(path, exercise, options))
 
 
-def grade_at(path: str | os.PathLike, exercise: str, world_sizes, **kwargs) -> dict[int, Report]:
-    """Grade one submission at each world size, with grade()'s other
-    arguments. The student's own launcher runs once, in the first grading
-    that gets that far, and its run is reused by the others."""
+def grade_at(
+    path: str | os.PathLike, exercise: str, world_sizes, options: RunOptions = DEFAULT_OPTIONS
+) -> dict[int, Report]:
+    """Grade one submission at each world size, with the other options. The
+    student's own launcher runs once, in the first grading that gets that
+    far, and its run is reused by the others."""
     reports, own_launcher_run = {}, None
     for world_size in dict.fromkeys(world_sizes):
-        sub, run = record(path, exercise, world_size, own_launcher_run=own_launcher_run, **kwargs)
+        sub, run = record(path, exercise, replace(options, world_size=world_size), own_launcher_run)
         if run.own_launcher is not None:
             own_launcher_run = (run.own_launcher, run.own_launcher_ranks)
         reports[world_size] = judge(sub, run)
@@ -398,25 +370,25 @@ def _report(run: RunRecords, sub: submissions.Submission, verdicts) -> Report:
         outcome = r.outcome
         ranks.append(
             RankSummary(
-                r.rank,
-                outcome.exit_code if outcome else None,
-                outcome.status if outcome else RankStatus.NOT_STARTED,
-                _rank_error(run, sub, r.rank),
-                outcome.output if outcome else "",
-                outcome.output_bytes if outcome else 0,
-                outcome.stack if outcome and outcome.status == RankStatus.HUNG else "",
+                rank=r.rank,
+                exit_code=outcome.exit_code if outcome else None,
+                status=outcome.status if outcome else RankStatus.NOT_STARTED,
+                error=_rank_error(run, sub, r.rank),
+                output=outcome.output if outcome else "",
+                output_bytes=outcome.output_bytes if outcome else 0,
+                stack=outcome.stack if outcome and outcome.status == RankStatus.HUNG else "",
             )
         )
     error, hint = _launch_error(run, sub, ranks)
     return Report(
-        run.exercise,
-        run.world_size,
-        run.backend,
-        run.launch.duration_s if run.launch else 0.0,
-        error,
-        hint,
-        ranks,
-        verdicts,
+        exercise=run.exercise,
+        world_size=run.world_size,
+        backend=run.backend,
+        duration_s=run.launch.duration_s if run.launch else 0.0,
+        error=error,
+        error_hint=hint,
+        ranks=ranks,
+        checks=verdicts,
         submission=str(sub.path),
         files_left=run.files_left,
         details=_details(run),

@@ -21,7 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from autograder.notebook.client import GraderServer
+from autograder.notebook.client import GraderServer, grading_request
+from autograder.schema.run import RunOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBMISSION = ROOT / "solutions" / "linear_regression_ddp.py"
@@ -37,15 +38,8 @@ def cli(sandboxed: bool) -> float:
 
 
 def notebook(server: GraderServer, folder: Path, sandboxed: bool) -> float:
-    request = {
-        "path": str(SUBMISSION),
-        "exercise": "linear_regression",
-        "world_size": 2,
-        "backend": "auto",
-        "timeout_s": 120,
-        "report_path": str(folder / "report.json"),
-        "sandbox": "required" if sandboxed else "off",
-    }
+    options = RunOptions(sandbox="required" if sandboxed else "off")
+    request = grading_request(SUBMISSION, "linear_regression", options, str(folder / "report.json"))
     started = time.perf_counter()
     if server.grade(request, 300) != 0:
         raise SystemExit("grading failed")

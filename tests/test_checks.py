@@ -24,7 +24,7 @@ import mistakes
 import pytest
 from conftest import ROOT, failed_ids
 
-from autograder import grade
+from autograder import RunOptions, grade
 from autograder.exercises import EXERCISES
 from autograder.judge.checks import REPORT_ORDER
 
@@ -430,7 +430,7 @@ def graded(tmp_path_factory):
                 if row.submission == "reference"
                 else mistakes.write_submission(f"{row.exercise}/{row.submission}", folder / row.exercise)
             )
-            reports[key] = grade(path, row.exercise, world_size=row.world_size, backend="gloo")
+            reports[key] = grade(path, row.exercise, RunOptions(world_size=row.world_size, backend="gloo"))
         return reports[key]
 
     return report

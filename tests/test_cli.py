@@ -4,12 +4,14 @@ and clear errors for input that cannot be graded at all."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from conftest import SOLUTIONS, run_cli
 
-from autograder.__main__ import main
+from autograder.__main__ import _parser, _run_options, main
 from autograder.exercises import EXERCISES
+from autograder.schema.run import DEFAULT_OPTIONS, Limits, RunOptions
 
 
 def test_a_correct_submission_exits_0_with_the_json_contract(tmp_path, no_leftover_ranks):
@@ -72,6 +74,10 @@ def test_a_correct_submission_exits_0_with_the_json_contract(tmp_path, no_leftov
             ["check", "solutions/mnist_ddp.py", "--exercise", "mnist", "--backend", "nccl", "--world-size", "64"],
             "--world-size must be between",
         ),
+        (
+            ["check", "solutions/mnist_ddp.py", "--exercise", "mnist", "--memory-limit", "0"],
+            "--memory-limit must be at least 1 MiB",
+        ),
     ],
 )
 def test_input_that_cannot_be_graded_exits_2_with_a_reason(argv, message, capsys, monkeypatch):
@@ -104,6 +110,21 @@ def test_a_broken_notebook_file_cannot_be_graded(tmp_path, capsys):
 def test_unknown_exercise_is_a_usage_error(capsys):
     assert main(["check", "solutions/mnist_ddp.py", "--exercise", "resnet"]) == 2
     assert "invalid choice: 'resnet'" in capsys.readouterr().err
+
+
+def test_check_without_flags_grades_with_the_default_options_in_the_sandbox():
+    args = _parser().parse_args(["check", "solutions/mnist_ddp.py", "--exercise", "mnist"])
+    assert _run_options(args) == replace(DEFAULT_OPTIONS, sandbox="required")
+    flags = ["--world-size", "3", "--timeout", "9", "--launcher", "process", "--unsafe-no-sandbox"]
+    args = _parser().parse_args(["check", "x.py", "--exercise", "mnist", *flags, "--memory-limit", "0.5"])
+    assert _run_options(args) == RunOptions(
+        world_size=3, timeout_s=9.0, launcher="process", sandbox="off", limits=Limits(memory_bytes=2**29)
+    )
+
+
+def test_run_options_cross_to_the_warm_grader_and_back_unchanged():
+    options = RunOptions(world_size=3, backend="gloo", sandbox="required", limits=Limits(cpu_seconds=7))
+    assert RunOptions.from_dict(json.loads(json.dumps(options.to_dict()))) == options
 
 
 def test_help_names_the_default_timeout_and_world_size(capsys):

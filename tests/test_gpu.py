@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from conftest import SOLUTIONS, failed_ids
 
-from autograder import grade
+from autograder import RunOptions, grade
 from autograder.launch.backend import visible_gpus
 
 GPUS = visible_gpus()
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.gpu
 )
 def test_reference_solutions_pass_on_nccl_with_a_gpu_per_rank(solution, exercise, no_leftover_ranks):
     world_size = min(GPUS, 4)
-    report = grade(SOLUTIONS / solution, exercise, world_size=world_size, backend="auto")
+    report = grade(SOLUTIONS / solution, exercise, RunOptions(world_size=world_size))
     assert report.backend == "nccl"
     assert report.passed, [(v.id, v.message) for v in report.checks if not v.passed]
     assert report.check("gpu_device").status == "passed"
@@ -44,7 +44,7 @@ def test_gloo_on_a_gpu_machine_hides_the_gpus_so_the_cpu_path_runs(tmp_path, no_
         1,
     )
     (tmp_path / "probe.py").write_text(probe)
-    report = grade(tmp_path / "probe.py", "linear_regression", world_size=2, backend="gloo")
+    report = grade(tmp_path / "probe.py", "linear_regression", RunOptions(backend="gloo"))
     assert report.backend == "gloo" and report.passed
     assert "cuda visible: False" in report.ranks[0].output
 
@@ -54,5 +54,5 @@ def test_ranks_sharing_one_device_fail_gpu_device(tmp_path, no_leftover_ranks):
     source = (SOLUTIONS / "linear_regression_ddp.py").read_text()
     shared = source.replace("torch.cuda.set_device(rank)", "torch.cuda.set_device(0)")
     (tmp_path / "shared_gpu.py").write_text(shared)
-    report = grade(tmp_path / "shared_gpu.py", "linear_regression", world_size=2, backend="nccl")
+    report = grade(tmp_path / "shared_gpu.py", "linear_regression", RunOptions(backend="nccl"))
     assert "gpu_device" in failed_ids(report)

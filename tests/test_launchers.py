@@ -1,4 +1,4 @@
-"""The launcher seam: both launchers behind `autograder.launch.Launcher`
+"""The launcher seam: the launchers, all one skeleton (autograder/launch/skeleton.py),
 give the same verdicts, keep the deadline and leave nothing behind, and a
 rank can be started from its command line alone, as an agent would."""
 
@@ -12,7 +12,7 @@ import sys
 import pytest
 from conftest import SOLUTIONS, processes_mentioning, robustness_case
 
-from autograder import grade
+from autograder import RunOptions, grade
 from autograder.launch import Job, launcher
 from autograder.launch.channel import RecordChannel
 from autograder.schema.run import RankStatus
@@ -20,7 +20,9 @@ from autograder.schema.run import RankStatus
 
 @pytest.mark.parametrize("kind", ["mp", "process"])
 def test_each_launcher_passes_the_reference(kind, no_leftover_ranks):
-    report = grade(SOLUTIONS / "linear_regression_ddp.py", "linear_regression", backend="gloo", launcher_kind=kind)
+    report = grade(
+        SOLUTIONS / "linear_regression_ddp.py", "linear_regression", RunOptions(backend="gloo", launcher=kind)
+    )
     assert report.passed and report.score == report.max_score, report.error
 
 
@@ -29,13 +31,21 @@ def test_the_students_own_spawn_starts_each_process_as_spawn_does(tmp_path, no_l
     each imports the file again and has the launcher's environment at the call."""
     submission = robustness_case("spawned_as_spawn_does.py", tmp_path)
     for world_size in (2, 3):
-        report = grade(submission, "linear_regression", world_size=world_size, backend="gloo")
+        report = grade(submission, "linear_regression", RunOptions(world_size=world_size, backend="gloo"))
         assert report.score == report.max_score, [c.message for c in report.checks if not c.passed]
 
 
 def test_the_process_launcher_keeps_the_deadline_and_stops_every_rank(tmp_path):
     submission = robustness_case("hang_recv.py", tmp_path)
-    job = Job(2, "gloo", False, 5.0, submission, tmp_path, is_notebook=False)
+    job = Job(
+        world_size=2,
+        backend="gloo",
+        hide_gpus=False,
+        timeout_s=5.0,
+        module_path=submission,
+        workdir=tmp_path,
+        is_notebook=False,
+    )
     private = tmp_path / "private"
     private.mkdir()
     result = launcher("process").launch(job, private)

@@ -10,6 +10,8 @@ import pytest
 from conftest import ROOT, SOLUTIONS, robustness_case
 
 from autograder import notebook
+from autograder.notebook.client import grading_request
+from autograder.schema.run import RunOptions
 
 CASES = ROOT / "tests" / "robustness"
 
@@ -85,17 +87,9 @@ def own_launcher_verdict(server, program, folder, world_size: int, reuse_from=No
     from autograder.reports import json_report
 
     report_path = folder / f"report-{world_size}.json"
-    request = {
-        "path": str(program),
-        "exercise": "linear_regression",
-        "world_size": world_size,
-        "backend": "auto",
-        "timeout_s": 120,
-        "report_path": str(report_path),
-        "sandbox": "auto",
-        "own_launcher_in": str(reuse_from or ""),
-        "own_launcher_out": str(save_to or ""),
-    }
+    own = {"own_launcher_in": str(reuse_from or ""), "own_launcher_out": str(save_to or "")}
+    options = RunOptions(world_size=world_size)
+    request = grading_request(program, "linear_regression", options, str(report_path), **own)
     server.grade(request, 300)
     return json_report.from_dict(__import__("json").loads(report_path.read_text())).check("launcher")
 
@@ -133,8 +127,8 @@ def test_a_shared_grader_kills_the_grading_of_a_client_that_hangs_up_and_serves_
         idle = {p.pid for p in processes_mentioning(socket_path)}
         shutil.copy(CASES / "hang_recv.py", tmp_path / "hang_recv.py")
         client = notebook.client.SharedGraderServer(socket_path)
-        request = {"path": str(tmp_path / "hang_recv.py"), "exercise": "linear_regression", "world_size": 2}
-        client.send(request | {"backend": "auto", "timeout_s": 300, "report_path": str(tmp_path / "hang.json")})
+        program, report_path = tmp_path / "hang_recv.py", str(tmp_path / "hang.json")
+        client.send(grading_request(program, "linear_regression", RunOptions(timeout_s=300), report_path))
         deadline = time.monotonic() + 30
         while len(processes_mentioning(socket_path)) < len(idle) + 3 and time.monotonic() < deadline:
             time.sleep(0.1)  # until its grading has started its ranks

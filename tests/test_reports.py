@@ -123,18 +123,28 @@ def _synthetic(**changes) -> Report:
         duration_s=3.21,
         error=None,
         error_hint="",
-        ranks=[RankSummary(0, 0, "finished", None, "epoch 1\n", 8), RankSummary(1, 0, "finished", None, "", 0)],
+        ranks=[
+            RankSummary(rank=0, exit_code=0, status="finished", error=None, output="epoch 1\n", output_bytes=8),
+            RankSummary(rank=1, exit_code=0, status="finished", error=None, output="", output_bytes=0),
+        ],
         checks=[
-            Verdict("process_group", "Process group created", PASSED, 2, 2, "All ranks joined."),
             Verdict(
-                "ddp_wrapped",
-                "Model wrapped in DistributedDataParallel",
-                FAILED,
-                0,
-                2,
-                "Rank 1 did not wrap.",
-                "Wrap it: DDP(model).",
-                1,
+                id="process_group",
+                title="Process group created",
+                status=PASSED,
+                points=2,
+                max_points=2,
+                message="All ranks joined.",
+            ),
+            Verdict(
+                id="ddp_wrapped",
+                title="Model wrapped in DistributedDataParallel",
+                status=FAILED,
+                points=0,
+                max_points=2,
+                message="Rank 1 did not wrap.",
+                hint="Wrap it: DDP(model).",
+                rank=1,
             ),
         ],
         submission="/somewhere/student.py",
@@ -222,8 +232,16 @@ def test_every_text_field_is_escaped():
         error_hint=evil,
         submission=f"/x/{evil}.py",
         files_left=[evil],
-        ranks=[RankSummary(0, None, "hung", evil, evil * 3, 300, stack=evil), RankSummary(1, -9, evil, evil, "", 0)],
-        checks=[Verdict(evil, evil, FAILED, 0, 1, evil, evil, 0), Verdict("x", evil, evil, 0, 1, evil)],
+        ranks=[
+            RankSummary(
+                rank=0, exit_code=None, status="hung", error=evil, output=evil * 3, output_bytes=300, stack=evil
+            ),
+            RankSummary(rank=1, exit_code=-9, status=evil, error=evil, output="", output_bytes=0),
+        ],
+        checks=[
+            Verdict(id=evil, title=evil, status=FAILED, points=0, max_points=1, message=evil, hint=evil, rank=0),
+            Verdict(id="x", title=evil, status=evil, points=0, max_points=1, message=evil),
+        ],
     )
     fragment = html.render(report)
     assert "<script" not in fragment and "<img src=x" not in fragment
@@ -237,8 +255,23 @@ def test_rank_details_are_collapsed_and_complete():
         error="The run did not finish within the time limit. rank 1: still running at the deadline.",
         error_hint="Every rank must run the same training steps.",
         ranks=[
-            RankSummary(0, 1, "failed", "RuntimeError: boom (student.py, line 3)", "x" * 20 + "\nlast line\n", 5000),
-            RankSummary(1, None, "hung", "still running at the deadline", "", 0, stack=stack),
+            RankSummary(
+                rank=0,
+                exit_code=1,
+                status="failed",
+                error="RuntimeError: boom (student.py, line 3)",
+                output="x" * 20 + "\nlast line\n",
+                output_bytes=5000,
+            ),
+            RankSummary(
+                rank=1,
+                exit_code=None,
+                status="hung",
+                error="still running at the deadline",
+                output="",
+                output_bytes=0,
+                stack=stack,
+            ),
         ],
         files_left=["linear_regression.pt"],
     )
@@ -439,17 +472,49 @@ def test_text_report_is_plain_when_not_a_terminal(any_report):
 
 def _stopped_report() -> Report:
     def missed(check_id, title):
-        return Verdict(check_id, title, FAILED, 0, 1, f"Could not confirm {title}.", NOT_REACHED_HINT, 0, False)
+        return Verdict(
+            id=check_id,
+            title=title,
+            status=FAILED,
+            points=0,
+            max_points=1,
+            message=f"Could not confirm {title}.",
+            hint=NOT_REACHED_HINT,
+            rank=0,
+            reached=False,
+        )
 
     checks = [
-        Verdict("process_group", "Process group created", PASSED, 2, 2, "All 2 ranks joined."),
+        Verdict(
+            id="process_group",
+            title="Process group created",
+            status=PASSED,
+            points=2,
+            max_points=2,
+            message="All 2 ranks joined.",
+        ),
         missed("rank0_logs", "Only rank 0 writes logs"),
         missed("cleanup", "Process group destroyed"),
-        Verdict("gpu_device", "Each rank on its own GPU", SKIPPED, 0, 0, "Not counted on this machine."),
+        Verdict(
+            id="gpu_device",
+            title="Each rank on its own GPU",
+            status=SKIPPED,
+            points=0,
+            max_points=0,
+            message="Not counted on this machine.",
+        ),
     ]
     stopped_at = "`model.modules.state_dict()` (s.py, line 5, in save, on rank 0)"
     return Report(
-        "linear_regression", 2, "gloo", 1.0, "Rank 0 failed: AttributeError", "", [], checks, stopped_at=stopped_at
+        exercise="linear_regression",
+        world_size=2,
+        backend="gloo",
+        duration_s=1.0,
+        error="Rank 0 failed: AttributeError",
+        error_hint="",
+        ranks=[],
+        checks=checks,
+        stopped_at=stopped_at,
     )
 
 

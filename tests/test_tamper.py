@@ -28,7 +28,7 @@ from mistakes import write_submission
 from autograder import grading
 from autograder.errors import CannotGrade
 from autograder.launch.sandbox import why_unavailable
-from autograder.schema.run import Limits
+from autograder.schema.run import Limits, RunOptions
 
 NO_SANDBOX = why_unavailable()
 needs_sandbox = pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no sandbox here: {NO_SANDBOX}")
@@ -197,7 +197,7 @@ def test_a_process_flood_ends_at_the_limit_and_leaves_nothing(grader):
 @needs_sandbox
 def test_a_rank_that_spins_is_stopped_at_its_cpu_time(tmp_path, no_leftover_ranks):
     path = write_submission("tamper/spins", tmp_path)
-    report = grading.grade(path, "linear_regression", limits=Limits(cpu_seconds=2), sandbox="required")
+    report = grading.grade(path, "linear_regression", RunOptions(limits=Limits(cpu_seconds=2), sandbox="required"))
     assert "rank 0 used up its 2 s of CPU time, so the kernel stopped it" in report.error
     assert "no loop runs forever" in report.error_hint
 
@@ -205,7 +205,9 @@ def test_a_rank_that_spins_is_stopped_at_its_cpu_time(tmp_path, no_leftover_rank
 def test_instructor_grading_refuses_to_run_without_a_sandbox(monkeypatch, tmp_path):
     monkeypatch.setattr(grading, "why_unavailable", lambda: "this system has no Linux namespaces")
     with pytest.raises(CannotGrade, match="Cannot grade in a sandbox here: this system has no Linux namespaces"):
-        grading.record(ROOT / "solutions" / "linear_regression_ddp.py", "linear_regression", sandbox="required")
+        grading.record(
+            ROOT / "solutions" / "linear_regression_ddp.py", "linear_regression", RunOptions(sandbox="required")
+        )
 
 
 def test_unsandboxed_grading_says_so_in_the_report(tmp_path, no_leftover_ranks):

@@ -12,7 +12,7 @@ import pytest
 from conftest import failed_ids, run_cli
 from mistakes import write_submission
 
-from autograder import grading
+from autograder import RunOptions, grading
 from autograder.launch.sandbox import why_unavailable
 
 FT = "fault_tolerance"
@@ -24,7 +24,7 @@ def test_a_restart_that_never_resumes_ends_at_the_one_deadline(tmp_path, no_left
     path = write_submission("robustness/torchrun_hangs_after_restart", tmp_path)
     started = time.monotonic()
     # Time for the reference job (about 5 s) and the faulted job's restart, not much more: it is waited out.
-    report = grading.grade(path, FT, timeout_s=25)
+    report = grading.grade(path, FT, RunOptions(timeout_s=25))
     assert time.monotonic() - started < 25 + SLACK_S
     # The reference run finished; the restarted workers hung until the deadline, so the two-node run never ran.
     assert failed_ids(report) == NEEDS_THE_RESTART | {"snapshot_rank0"}
@@ -61,7 +61,7 @@ def test_a_script_without_main_is_a_torchrun_program_too(tmp_path, no_leftover_r
     """torchrun runs the file as a script: the grader asks for no main()."""
     script = tmp_path / "script.py"
     script.write_text('print("no process group here")\n')
-    report = grading.grade(script, FT, timeout_s=60)
+    report = grading.grade(script, FT, RunOptions(timeout_s=60))
     assert "main" not in (report.error or "")
     assert "never joined a process group" in report.check("torchrun_env").message
 

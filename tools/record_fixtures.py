@@ -41,6 +41,7 @@ from autograder.exercises import EXERCISES
 from autograder.grading import PARTITION_EPOCHS, record
 from autograder.judge.checks import run_checks
 from autograder.judge.records import RunRecords
+from autograder.schema.run import RunOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                 path = test_checks.REFERENCES[row.exercise]
             else:
                 path = mistakes.write_submission(f"{row.exercise}/{row.submission}", Path(folder) / row.exercise)
-            _, run = record(path, row.exercise, world_size=row.world_size, backend="gloo", fork_from_here=False)
+            _, run = record(path, row.exercise, RunOptions(world_size=row.world_size, backend="gloo"))
             save(run, fixture_path(row), recorded_from(row))
             print(f"recorded {fixture_path(row).relative_to(ROOT)}", flush=True)
     return 0

@@ -24,7 +24,7 @@ from ..errors import CannotGrade
 from ..exercises import EXERCISES, Exercise
 from ..launch.sandbox import why_unavailable
 from ..reports import gradescope
-from ..schema.run import DEFAULT_WORLD_SIZE, HIDDEN_WORLD_SIZE
+from ..schema.run import DEFAULT_WORLD_SIZE, HIDDEN_WORLD_SIZE, RunOptions
 
 ROOT_VARIABLE = "DDP_GRADESCOPE_ROOT"
 GRADED_SUFFIXES = (".py", ".ipynb")
@@ -92,7 +92,9 @@ def grade_upload(folder: Path, exercise: Exercise) -> dict:
         return gradescope.grader_failed(time.monotonic() - started)
     chosen, notes = choose(files, exercise, folder)
     try:
-        reports = grade_at(chosen, exercise.name, (DEFAULT_WORLD_SIZE, HIDDEN_WORLD_SIZE), sandbox="required")
+        reports = grade_at(
+            chosen, exercise.name, (DEFAULT_WORLD_SIZE, HIDDEN_WORLD_SIZE), RunOptions(sandbox="required")
+        )
     except CannotGrade as error:
         return gradescope.not_graded(exercise, error.message, error.hint, time.monotonic() - started)
     return gradescope.results(exercise, reports, notes, time.monotonic() - started)

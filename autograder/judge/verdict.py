@@ -41,7 +41,7 @@ def not_reached(message: str, rank: int | None = None) -> Outcome:
     return Outcome(FAILED, message, NOT_REACHED_HINT, rank, reached=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Verdict:
     id: str
     title: str
@@ -63,7 +63,7 @@ class Verdict:
         return self.max_points > 0
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RankSummary:
     rank: int
     exit_code: int | None
@@ -74,7 +74,7 @@ class RankSummary:
     stack: str = ""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Report:
     exercise: str
     world_size: int

@@ -1,25 +1,26 @@
 """Launch, the parent side: start a run's ranks, watch them against the
 deadline, and leave no process behind.
 
-A launcher is one class behind the `Launcher` interface. It is given a `Job`
-(what to run) and a private folder, lays out the run's own files there (the
-rendezvous store, the records socket, each rank's output) and returns a
-`LaunchResult` (autograder/schema/run.py, where the judge and the reports
-read it): each rank's records, and what it saw of the run from outside.
+A launcher is given a `Job` (what to run) and a private folder, lays out the
+run's own files there (the rendezvous store, the records socket, each rank's
+output) and returns a `LaunchResult` (autograder/schema/run.py, where the
+judge and the reports read it): each rank's records, and what it saw of the
+run from outside. Every launcher follows one skeleton (skeleton.py) and
+writes only how its processes start: local.py (torch.multiprocessing),
+process.py (a command per rank), own.py (the student's own launcher) and
+torchrun.py (torchrun's agents, three launches for one grading).
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
-from typing import ClassVar
 
-from ..schema.run import DEFAULT_LIMITS, LaunchResult, Limits
+from ..schema.run import DEFAULT_LIMITS, Limits
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Job:
     """What to run, and under which rules; nothing about how ranks start."""
 
@@ -36,15 +37,6 @@ class Job:
     limits: Limits = DEFAULT_LIMITS
 
 
-class Launcher(ABC):
-    kind: ClassVar[str]
-
-    @abstractmethod
-    def launch(self, job: Job, private_dir: Path) -> LaunchResult:
-        """Run the job's ranks to the end, the first failure or the deadline.
-        Every process started for the job is gone when this returns."""
-
-
 # kind -> "module:class", imported on use: the local launchers import torch.
 LAUNCHERS = {
     "mp": "autograder.launch.local:MultiprocessingLauncher",
@@ -53,6 +45,7 @@ LAUNCHERS = {
 }
 
 
-def launcher(kind: str) -> Launcher:
+def launcher(kind: str):
+    """A launcher of this kind: an object whose launch(job, private_dir) returns the LaunchResult."""
     module, _, name = LAUNCHERS[kind].partition(":")
     return getattr(import_module(module), name)()

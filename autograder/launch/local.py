@@ -5,19 +5,16 @@ from __future__ import annotations
 
 import importlib
 import os
-import time
 from multiprocessing import forkserver, resource_tracker
-from pathlib import Path
 
 import torch.multiprocessing as mp
 
 from ..rank.runner import run_rank
-from ..rank.spec import RankSpec
-from ..schema.run import LaunchResult
-from . import Job, Launcher
+from . import Job
 from .capture import CappedOutput
 from .contain import Containment
-from .supervise import StartedRank, start_error, stop_all, supervise
+from .skeleton import Launch, Launcher
+from .supervise import StartedRank
 
 
 def start_method(job: Job) -> str:
@@ -82,34 +79,25 @@ def adopt_fork_server() -> None:
 
 
 def started_process(process) -> StartedRank:
+    """A multiprocessing Process as a started rank, with a sentinel of its own to close."""
+
     def wait() -> int:
         process.join()
         return process.exitcode
 
-    return StartedRank(process.pid, process.sentinel, wait)
+    return StartedRank(process.pid, os.dup(process.sentinel), wait)
 
 
 class MultiprocessingLauncher(Launcher):
     kind = "mp"
+    drains_after_start = True
 
-    def launch(self, job: Job, private_dir: Path) -> LaunchResult:
-        method = start_method(job)
-        containment = Containment(job, private_dir)
-        captures = [CappedOutput(str(private_dir / f"rank{r}.out")) for r in range(job.world_size)]
-        inherited = (
-            [*containment.parent_fds, *(fd for c in captures for fd in c.parent_fds)] if method == "fork" else []
-        )
-        spec = RankSpec.for_run(job, private_dir, containment, [c.path for c in captures], inherited)
-        started_at = time.monotonic()
-        failure = None
-        try:
-            context = mp.start_processes(run_rank, args=(spec,), nprocs=job.world_size, join=False, start_method=method)
-        except Exception as error:  # e.g. out of memory or processes
-            failure = error
-        for capture in captures:  # drain even if starting failed half-way
-            capture.start()
-        if failure is not None:
-            stop_all([], captures)
-            return start_error(started_at, failure, containment)
-        ranks = [started_process(p) for p in context.processes]
-        return supervise(ranks, captures, spec, started_at, job.timeout_s, containment)
+    def inherited_fds(self, slots: Job, containment: Containment, outputs: list[CappedOutput]) -> list[int]:
+        if start_method(slots) != "fork":
+            return []
+        return [*containment.parent_fds, *(fd for c in outputs for fd in c.parent_fds)]
+
+    def start(self, launch: Launch, started: list[StartedRank]) -> None:
+        method, world_size = start_method(launch.job), launch.job.world_size
+        context = mp.start_processes(run_rank, args=(launch.spec,), nprocs=world_size, join=False, start_method=method)
+        started.extend(started_process(p) for p in context.processes)

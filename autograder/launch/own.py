@@ -9,9 +9,7 @@ is a command of its own, as a CUDA program needs."""
 
 from __future__ import annotations
 
-import os
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,32 +17,23 @@ import torch.multiprocessing as mp
 
 from ..rank import own_launcher
 from ..rank.spec import RankSpec
-from ..schema.run import LaunchResult
 from . import Job
-from .capture import CappedOutput
-from .contain import Containment
+from .skeleton import Launch, Launcher
 from .local import started_process, warm_method
-from .supervise import StartedRank, start_command, start_error, stop_all, supervise
+from .supervise import StartedRank, start_command
 
 
-def launch_own(job: Job, private_dir: Path) -> LaunchResult:
-    """One process, the launcher, with the ranks it starts in its process group."""
-    private_dir.mkdir()
-    one_process = replace(job, world_size=1)
-    containment = Containment(one_process, private_dir)
-    capture = CappedOutput(str(private_dir / "launcher.out"))
-    spec = RankSpec.for_run(one_process, private_dir, containment, [capture.path])
-    capture.start()
-    started_at = time.monotonic()
-    try:
-        started = _start(warm_method(job), spec, private_dir, capture.path)
-    except Exception as error:  # e.g. out of memory or processes
-        stop_all([], [capture])
-        return start_error(started_at, error, containment)
-    try:
-        return supervise([started], [capture], spec, started_at, job.timeout_s, containment)
-    finally:
-        os.close(started.sentinel)
+class OwnLauncher(Launcher):
+    """One process, the student's launcher, with the ranks it starts in its process group."""
+
+    def slots(self, job: Job) -> Job:
+        return replace(job, world_size=1)
+
+    def output_names(self, slots: Job) -> list[str]:
+        return ["launcher.out"]
+
+    def start(self, launch: Launch, started: list[StartedRank]) -> None:
+        started.append(_start(warm_method(launch.job), launch.spec, launch.private_dir, launch.outputs[0].path))
 
 
 def _start(method: str, spec: RankSpec, private_dir: Path, output_path: str) -> StartedRank:
@@ -54,5 +43,4 @@ def _start(method: str, spec: RankSpec, private_dir: Path, output_path: str) -> 
         return start_command([sys.executable, "-m", "autograder.rank.own_launcher", str(spec_path)], output_path)
     process = mp.get_context(method).Process(target=own_launcher.run, args=(spec, True))
     process.start()
-    started = started_process(process)
-    return replace(started, sentinel=os.dup(started.sentinel))  # closed here, as a command's pidfd is
+    return started_process(process)

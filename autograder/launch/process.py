@@ -8,41 +8,18 @@ the shape that torchrun- and Slurm-started ranks take.
 
 from __future__ import annotations
 
-import os
 import sys
-import time
-from pathlib import Path
 
-from ..rank.spec import RankSpec
-from ..schema.run import LaunchResult
-from . import Job, Launcher
-from .capture import CappedOutput
-from .contain import Containment
-from .supervise import StartedRank, start_command, start_error, stop_all, supervise
+from .skeleton import Launch, Launcher
+from .supervise import StartedRank, start_command
 
 
 class ProcessLauncher(Launcher):
     kind = "process"
 
-    def launch(self, job: Job, private_dir: Path) -> LaunchResult:
-        containment = Containment(job, private_dir)
-        captures = [CappedOutput(str(private_dir / f"rank{r}.out")) for r in range(job.world_size)]
-        spec = RankSpec.for_run(job, private_dir, containment, [c.path for c in captures])
-        spec_path = private_dir / "spec.json"
-        spec_path.write_text(spec.to_json())
-        for capture in captures:
-            capture.start()
-        started_at = time.monotonic()
-        ranks: list[StartedRank] = []
-        try:
-            try:
-                for rank in range(job.world_size):
-                    argv = [sys.executable, "-m", "autograder.rank", str(spec_path), "--rank", str(rank)]
-                    ranks.append(start_command(argv, spec.output_paths[rank]))
-            except Exception as error:  # e.g. out of memory or processes
-                stop_all(ranks, captures)
-                return start_error(started_at, error, containment)
-            return supervise(ranks, captures, spec, started_at, job.timeout_s, containment)
-        finally:
-            for started in ranks:
-                os.close(started.sentinel)
+    def start(self, launch: Launch, started: list[StartedRank]) -> None:
+        spec_path = launch.private_dir / "spec.json"
+        spec_path.write_text(launch.spec.to_json())
+        for rank in range(launch.job.world_size):
+            argv = [sys.executable, "-m", "autograder.rank", str(spec_path), "--rank", str(rank)]
+            started.append(start_command(argv, launch.spec.output_paths[rank]))

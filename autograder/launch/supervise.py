@@ -118,23 +118,23 @@ def supervise(
         capture = captures[rank]
         outcomes.append(
             RankOutcome(
-                rank,
-                started.exit_code,
-                status,
-                capture.text(),
-                capture.total_bytes,
-                _read_stack(spec.stack_paths[rank]),
-                exit_times.get(rank),
-                capture.tally.summary(),
+                rank=rank,
+                exit_code=started.exit_code,
+                status=status,
+                output=capture.text(),
+                output_bytes=capture.total_bytes,
+                stack=_read_stack(spec.stack_paths[rank]),
+                exited_at=exit_times.get(rank),
+                lines=capture.tally.summary(),
             )
         )
     channel = containment.channel
     return LaunchResult(
-        outcomes,
-        time.monotonic() - started_at,
-        [channel.events("rank", r) for r in range(len(ranks))],
-        first_failure,
-        hung,
+        ranks=outcomes,
+        duration_s=time.monotonic() - started_at,
+        records=[channel.events("rank", r) for r in range(len(ranks))],
+        first_failure=first_failure,
+        hung=hung,
         started_records=[channel.events("started", r) for r in range(MAX_OWN_LAUNCHER_RANKS)],
         evidence=evidence,
         intrusions=channel.intrusions,
@@ -143,4 +143,6 @@ def supervise(
 
 def start_error(started_at: float, error: BaseException, containment: Containment) -> LaunchResult:
     containment.finish()
-    return LaunchResult([], time.monotonic() - started_at, start_error=f"{type(error).__name__}: {error}")
+    return LaunchResult(
+        ranks=[], duration_s=time.monotonic() - started_at, start_error=f"{type(error).__name__}: {error}"
+    )

@@ -27,12 +27,13 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..rank.spec import RankSpec, TorchrunPlan
+from ..rank.spec import TorchrunPlan
 from ..schema.run import LaunchResult, RankOutcome, RankStatus
-from . import Job, Launcher
+from . import Job
 from .capture import CappedOutput
 from .contain import Containment
-from .supervise import start_command, start_error, stop_all, supervise
+from .skeleton import Launch, Launcher
+from .supervise import StartedRank, start_command
 
 FAULT_AFTER_PASSES = 2  # the fault comes in the third epoch, once two snapshots could be written
 
@@ -72,11 +73,11 @@ def _worker_outcome(rank: int, events: list, capture: CappedOutput, hung: bool) 
     else:  # the agent stopped it when another worker failed, or it was still running at the deadline
         status, code = (RankStatus.HUNG if hung else RankStatus.STOPPED), None
     return RankOutcome(
-        rank,
-        code,
-        status,
-        capture.text(),
-        capture.total_bytes,
+        rank=rank,
+        exit_code=code,
+        status=status,
+        output=capture.text(),
+        output_bytes=capture.total_bytes,
         exited_at=done.get("time") if done else None,
         lines=capture.tally.summary(),
     )
@@ -109,12 +110,12 @@ def _workers(agents: LaunchResult, containment: Containment, plan: TorchrunPlan,
         evidence.written_by = {}
         evidence.over_memory = []
     return LaunchResult(
-        last,
-        agents.duration_s,
-        attempts[-1],
-        min(failed, key=lambda o: o.exited_at or float("inf")).rank if failed else None,
-        [o.rank for o in last if o.status == RankStatus.HUNG],
-        agents.start_error,
+        ranks=last,
+        duration_s=agents.duration_s,
+        records=attempts[-1],
+        first_failure=min(failed, key=lambda o: o.exited_at or float("inf")).rank if failed else None,
+        hung=[o.rank for o in last if o.status == RankStatus.HUNG],
+        start_error=agents.start_error,
         evidence=evidence,
         intrusions=agents.intrusions,
         attempts=attempts,
@@ -123,55 +124,58 @@ def _workers(agents: LaunchResult, containment: Containment, plan: TorchrunPlan,
     )
 
 
-def _launch_job(job: Job, torchrun_job: TorchrunJob, private_dir: Path) -> LaunchResult:
-    private_dir.mkdir()
-    nodes = torchrun_job.nodes
-    agent_job = replace(job, world_size=nodes)  # one sandbox slot per node
-    containment = Containment(agent_job, private_dir)
-    agent_outputs = [CappedOutput(str(private_dir / f"agent{n}.out")) for n in range(nodes)]
-    spec = RankSpec.for_run(agent_job, private_dir, containment, [c.path for c in agent_outputs])
-    workers = job.world_size if nodes == 1 else 1
-    plan = TorchrunPlan(
-        spec,
-        nodes,
-        workers,
-        torchrun_job.max_restarts,
-        _free_port(),
-        str(containment.layout.channel_dir),  # the one folder of the run's that its users may open
-        nodes * workers - 1 if torchrun_job.fault else None,  # not rank 0: the writer of the snapshots
-        FAULT_AFTER_PASSES,
-    )
-    outputs = {
-        (a, r): _worker_output(plan.worker_output(a, r))
-        for a in range(plan.max_restarts + 1)
-        for r in range(plan.world_size)
-    }
-    plan_path = private_dir / "plan.json"
-    plan_path.write_text(plan.to_json())
-    captures = [*agent_outputs, *outputs.values()]
-    for capture in captures:
-        capture.start()
-    started_at, started = time.monotonic(), []
-    try:
-        for node in range(nodes):
+class TorchrunJobLauncher(Launcher):
+    """One of the grading's jobs: an agent per node, whose workers are the ranks."""
+
+    def __init__(self, torchrun_job: TorchrunJob):
+        self.torchrun_job = torchrun_job
+        self.plan: TorchrunPlan | None = None
+        self.worker_outputs: dict[tuple[int, int], CappedOutput] = {}
+
+    def slots(self, job: Job) -> Job:
+        return replace(job, world_size=self.torchrun_job.nodes)  # one sandbox slot per node
+
+    def output_names(self, slots: Job) -> list[str]:
+        return [f"agent{n}.out" for n in range(slots.world_size)]
+
+    def prepare(self, launch: Launch) -> None:
+        nodes = self.torchrun_job.nodes
+        workers = launch.job.world_size if nodes == 1 else 1
+        self.plan = plan = TorchrunPlan(
+            launch.spec,
+            nodes,
+            workers,
+            self.torchrun_job.max_restarts,
+            _free_port(),
+            str(launch.containment.layout.channel_dir),  # the one folder of the run's that its users may open
+            nodes * workers - 1 if self.torchrun_job.fault else None,  # not rank 0: the writer of the snapshots
+            FAULT_AFTER_PASSES,
+        )
+        self.worker_outputs = {
+            (a, r): _worker_output(plan.worker_output(a, r))
+            for a in range(plan.max_restarts + 1)
+            for r in range(plan.world_size)
+        }
+        launch.more_outputs = list(self.worker_outputs.values())
+        (launch.private_dir / "plan.json").write_text(plan.to_json())
+
+    def start(self, launch: Launch, started: list[StartedRank]) -> None:
+        plan_path = launch.private_dir / "plan.json"
+        for node, output in enumerate(launch.outputs):
             argv = [sys.executable, "-m", "autograder.rank.torchrun_agent", str(plan_path), str(node)]
-            started.append(start_command(argv, agent_outputs[node].path))
-    except Exception as error:  # e.g. out of memory or processes
-        stop_all(started, captures)
-        return start_error(started_at, error, containment)
-    try:
-        agents = supervise(started, captures, spec, started_at, job.timeout_s, containment)
-    finally:
-        for agent in started:
-            os.close(agent.sentinel)
-    return _workers(agents, containment, plan, outputs)
+            started.append(start_command(argv, output.path))
+
+    def result(self, launch: Launch, supervised: LaunchResult) -> LaunchResult:
+        return _workers(supervised, launch.containment, self.plan, self.worker_outputs)
 
 
 def _finished(result: LaunchResult) -> bool:
     return not result.start_error and all(o.status == RankStatus.FINISHED for o in result.ranks)
 
 
-class TorchrunLauncher(Launcher):
+class TorchrunLauncher:
+    """Three launches of the skeleton, one per job."""
+
     kind = "torchrun"
 
     def launch(self, job: Job, private_dir: Path) -> LaunchResult:
@@ -181,13 +185,14 @@ class TorchrunLauncher(Launcher):
         others = {torchrun_job.name: _run_folder(job) for torchrun_job in JOBS[1:]}
         try:
             private_dir.mkdir(exist_ok=True)
-            reference = _launch_job(job, JOBS[0], private_dir / JOBS[0].name)
+            reference = TorchrunJobLauncher(JOBS[0]).launch(job, private_dir / JOBS[0].name)
             for torchrun_job in JOBS[1:] if _finished(reference) else ():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 other = replace(others[torchrun_job.name], timeout_s=remaining)
-                reference.jobs[torchrun_job.name] = _launch_job(other, torchrun_job, other.workdir.parent / "private")
+                private = other.workdir.parent / "private"
+                reference.jobs[torchrun_job.name] = TorchrunJobLauncher(torchrun_job).launch(other, private)
             return reference
         finally:
             for other in others.values():

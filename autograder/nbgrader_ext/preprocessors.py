@@ -14,10 +14,10 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Float, Unicode
 
 from ..exercises import by_assignment
-from ..notebook.client import GraderServer, GradingFailed, autograde_server
+from ..notebook.client import GraderServer, GradingFailed, autograde_server, grading_request
 from ..notebook.grade_cells import failure_lines, heading
 from ..reports import json_report
-from ..schema.run import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE
+from ..schema.run import DEFAULT_OPTIONS, DEFAULT_WORLD_SIZE, RunOptions
 
 
 class ClearHiddenTestTracebacks(NbGraderPreprocessor):
@@ -88,9 +88,9 @@ class GradeDDPCellsOutOfKernel(NbGraderPreprocessor):
     size, runs once.
     """
 
-    timeout = Float(DEFAULT_TIMEOUT_S + 60, help="Seconds one grading may take, the grader's start included").tag(
-        config=True
-    )
+    timeout = Float(
+        DEFAULT_OPTIONS.timeout_s + 60, help="Seconds one grading may take, the grader's start included"
+    ).tag(config=True)
 
     def preprocess(self, nb, resources):
         exercise = by_assignment(resources.get("nbgrader", {}).get("assignment", ""))
@@ -154,17 +154,9 @@ class GradeDDPCellsOutOfKernel(NbGraderPreprocessor):
 
     def grade_one(self, server: GraderServer, path: Path, exercise, world_size: int, own_launcher: Path):
         report_path = path.parent.parent / f"report-{world_size}.json"
-        request = {
-            "path": str(path),
-            "exercise": exercise.name,
-            "world_size": world_size,
-            "backend": "auto",
-            "timeout_s": DEFAULT_TIMEOUT_S,
-            "report_path": str(report_path),
-            "sandbox": "required",
-            "own_launcher_in": str(own_launcher),
-            "own_launcher_out": str(own_launcher),
-        }
+        options = RunOptions(world_size=world_size, sandbox="required")
+        own = {"own_launcher_in": str(own_launcher), "own_launcher_out": str(own_launcher)}
+        request = grading_request(path, exercise.name, options, str(report_path), **own)
         started = time.monotonic()
         try:
             server.grade(request, self.timeout)

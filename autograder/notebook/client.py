@@ -14,7 +14,7 @@ from pathlib import Path
 from .._process import STARTUP_S, NoAnswer, WarmProcess
 from ..judge.verdict import Report
 from ..reports import json_report
-from ..schema.run import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE
+from ..schema.run import DEFAULT_OPTIONS, RunOptions
 
 # The grader's own deadline, plus time to start Python and write the report.
 STARTUP_MARGIN_S = STARTUP_S
@@ -102,41 +102,45 @@ class ReportPending:
         return self.TEXT
 
 
-def grading_key(path: str | os.PathLike, exercise: str, world_size: int, backend: str, timeout_s: float) -> tuple:
-    """What makes two gradings the same: the file's content and the settings."""
+def grading_key(path: str | os.PathLike, exercise: str, options: RunOptions) -> tuple:
+    """What makes two gradings the same: the file's content and the options."""
     path = Path(path).resolve()
     content = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
-    return (str(path), content, exercise, world_size, backend, timeout_s)
+    return (str(path), content, exercise, options)
 
 
-def run(
-    path: str | os.PathLike,
-    exercise: str,
-    world_size: int = DEFAULT_WORLD_SIZE,
-    backend: str = "auto",
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-) -> Report | ReportPending:
-    """Grade outside the kernel; the same file content and settings are graded once per kernel."""
+def grading_request(path: str | os.PathLike, exercise: str, options: RunOptions, report_path: str, **extra) -> dict:
+    """One line to the warm grader: grade PATH with OPTIONS, write the report
+    to REPORT_PATH. extra: own_launcher_in / own_launcher_out (server.py)."""
+    return {"path": str(path), "exercise": exercise, "options": options.to_dict(), "report_path": report_path, **extra}
+
+
+def run(path: str | os.PathLike, exercise: str, options: RunOptions = DEFAULT_OPTIONS) -> Report | ReportPending:
+    """Grade outside the kernel; the same file content and options are graded once per kernel."""
     if graded_outside_the_kernel():
         return ReportPending()
-    key = grading_key(path, exercise, world_size, backend, timeout_s)
+    key = grading_key(path, exercise, options)
     if key not in _cache:
-        _cache[key] = _grade_outside(Path(path).resolve(), exercise, world_size, backend, timeout_s)
+        _cache[key] = _grade_outside(Path(path).resolve(), exercise, options)
     return _cache[key]
 
 
-def _grade_outside(path: Path, exercise: str, world_size: int, backend: str, timeout_s: float) -> Report:
+def check(
+    path: str | os.PathLike,
+    exercise: str,
+    world_size: int = DEFAULT_OPTIONS.world_size,
+    backend: str = DEFAULT_OPTIONS.backend,
+    timeout_s: float = DEFAULT_OPTIONS.timeout_s,
+) -> Report | ReportPending:
+    """A notebook's check(...): the options a student may choose, by name."""
+    return run(path, exercise, RunOptions(world_size=world_size, backend=backend, timeout_s=timeout_s))
+
+
+def _grade_outside(path: Path, exercise: str, options: RunOptions) -> Report:
     with tempfile.TemporaryDirectory(prefix="ddp-check-") as folder:
         report_path = Path(folder) / "report.json"
-        request = {
-            "path": str(path),
-            "exercise": exercise,
-            "world_size": world_size,
-            "backend": backend,
-            "timeout_s": timeout_s,
-            "report_path": str(report_path),
-        }
-        _running_server().grade(request, timeout_s + STARTUP_MARGIN_S)
+        request = grading_request(path, exercise, options, str(report_path))
+        _running_server().grade(request, options.timeout_s + STARTUP_MARGIN_S)
         error_path = Path(str(report_path) + ".error")
         if error_path.exists():
             raise GradingFailed(error_path.read_text())

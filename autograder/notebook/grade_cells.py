@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..judge.checks import by_id
 from ..judge.verdict import FAILED
-from ..schema.run import DEFAULT_TIMEOUT_S, DEFAULT_WORLD_SIZE
+from ..schema.run import DEFAULT_OPTIONS, RunOptions
 from ..wording import plural
 
 _failures: dict[tuple, str] = {}  # the grader could not run: don't retry in every cell
@@ -49,9 +49,9 @@ def require(
     path: str | os.PathLike,
     exercise: str,
     check_id: str,
-    world_size: int = DEFAULT_WORLD_SIZE,
-    backend: str = "auto",
-    timeout_s: float = DEFAULT_TIMEOUT_S,
+    world_size: int = DEFAULT_OPTIONS.world_size,
+    backend: str = DEFAULT_OPTIONS.backend,
+    timeout_s: float = DEFAULT_OPTIONS.timeout_s,
 ) -> None:
     """Pass silently when the check passed or did not apply (skipped);
     raise CheckFailed with the check's message and hint when it failed."""
@@ -74,10 +74,11 @@ def require(
                 f"Hint: run the %%writefile {path.name} cell above, which writes your program to that file.",
             ]
         )
-    key = grading_key(path, exercise, world_size, backend, timeout_s)
+    options = RunOptions(world_size=world_size, backend=backend, timeout_s=timeout_s)
+    key = grading_key(path, exercise, options)
     if key not in _failures:
         try:
-            report = run(path, exercise, world_size=world_size, backend=backend, timeout_s=timeout_s)
+            report = run(path, exercise, options)
         except GradingFailed as error:
             _failures[key] = str(error).strip() or "The grader stopped without a report."
     if key in _failures:

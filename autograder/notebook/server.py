@@ -22,6 +22,7 @@ import select
 import signal
 import socket
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch  # noqa: F401  (the point of the server: imported once, before any fork)
@@ -33,6 +34,7 @@ from ..grading import judge, record
 from ..judge.records import OwnLauncherRun, own_launcher_dict, own_launcher_from_dict
 from ..launch.local import adopt_fork_server, start_fork_server
 from ..reports import json_report
+from ..schema.run import RunOptions
 
 
 def _grade_in_child(request: dict, client: socket.socket | None = None) -> int:
@@ -47,15 +49,10 @@ def _grade_in_child(request: dict, client: socket.socket | None = None) -> int:
         status = 2
         try:
             adopt_fork_server()
+            # This process has run no torch computation: the ranks fork from it.
+            options = replace(RunOptions.from_dict(request["options"]), fork_from_here=True)
             sub, run = record(
-                request["path"],
-                request["exercise"],
-                request["world_size"],
-                request["backend"],
-                request["timeout_s"],
-                fork_from_here=True,
-                sandbox=request.get("sandbox", "auto"),  # a student's check: where the machine allows
-                own_launcher_run=_saved_own_launcher(request.get("own_launcher_in")),
+                request["path"], request["exercise"], options, _saved_own_launcher(request.get("own_launcher_in"))
             )
             if request.get("own_launcher_out") and run.own_launcher is not None:
                 saved = own_launcher_dict(run.own_launcher, run.own_launcher_ranks)

@@ -1,13 +1,14 @@
-"""The run's shared types: what a launch asks for (Limits), what the ranks
-join (SandboxView), and what the launcher saw of each rank and of the whole
-run (RankOutcome, Evidence, LaunchResult). Every stage reads them, so they
-live here, importing neither torch nor ctypes: the judge, the reports and the
-notebook side read a run without loading the machinery that ran it.
+"""The run's shared types: how a grading runs (RunOptions), what a launch
+asks for (Limits), what the ranks join (SandboxView), and what the launcher
+saw of each rank and of the whole run (RankOutcome, Evidence, LaunchResult).
+Every stage reads them, so they live here, importing neither torch nor
+ctypes: the judge, the reports and the notebook side read a run without
+loading the machinery that ran it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 
 DEFAULT_WORLD_SIZE = 2
@@ -30,6 +31,35 @@ class Limits:
 
 DEFAULT_LIMITS = Limits()
 
+SANDBOX_POLICIES = ("required", "auto", "off")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How one grading runs a submission: every default is declared here, and
+    the command line, the notebook's checks and the class grading read them."""
+
+    world_size: int = DEFAULT_WORLD_SIZE
+    backend: str = "auto"  # "auto": nccl when there is a GPU per rank, else gloo
+    timeout_s: float = DEFAULT_TIMEOUT_S  # the deadline of the graded run; every rank is killed at it
+    launcher: str | None = None  # how the ranks start (autograder.launch.LAUNCHERS); None: the exercise's own
+    # "required": never without the sandbox (an instructor's grading); "auto": where the machine allows
+    # (a student's own check, which can only fool the student); "off": unconfined, for trusted code.
+    sandbox: str = "auto"
+    limits: Limits = DEFAULT_LIMITS  # what each rank may use in the sandbox
+    # This process has run no torch computation, so the ranks may fork from it (fast).
+    fork_from_here: bool = False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RunOptions:
+        return cls(**{**data, "limits": Limits(**data["limits"])})
+
+
+DEFAULT_OPTIONS = RunOptions()
+
 
 class RankStatus(StrEnum):
     FINISHED = "finished"
@@ -39,7 +69,7 @@ class RankStatus(StrEnum):
     NOT_STARTED = "not started"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RankOutcome:
     rank: int
     exit_code: int | None
@@ -82,7 +112,7 @@ class Evidence:
     limits: dict = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LaunchResult:
     ranks: list[RankOutcome]
     duration_s: float

@@ -59,7 +59,9 @@ def run_checks(run: RunRecords, check_ids) -> list[Verdict]:
     for item in (by_id(i) for i in check_ids):
         reason = item.cannot_apply(run) if item.cannot_apply else None
         if reason:
-            verdicts.append(Verdict(item.id, item.title, SKIPPED, 0.0, 0.0, reason))
+            verdicts.append(
+                Verdict(id=item.id, title=item.title, status=SKIPPED, points=0.0, max_points=0.0, message=reason)
+            )
             continue
         try:
             outcome = _not_runnable(run) or item.judge(run)
@@ -75,15 +77,15 @@ def run_checks(run: RunRecords, check_ids) -> list[Verdict]:
         earned = 0.0 if outcome.status == FAILED else item.points
         verdicts.append(
             Verdict(
-                item.id,
-                item.title,
-                outcome.status,
-                earned,
-                item.points,
-                outcome.message,
-                outcome.hint,
-                outcome.rank,
-                outcome.reached,
+                id=item.id,
+                title=item.title,
+                status=outcome.status,
+                points=earned,
+                max_points=item.points,
+                message=outcome.message,
+                hint=outcome.hint,
+                rank=outcome.rank,
+                reached=outcome.reached,
             )
         )
     return verdicts
