@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .datasets import provide_mnist
-from .judge.checks import CHECKS, TORCHRUN_CHANGE, by_id
+from .judge.checks import TORCHRUN_CHANGE, Check, all_checks, by_id
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,14 @@ class Exercise:
     solution: str  # the reference program, from the course root
     prepare: Callable[[Path], None]  # fills the ranks' empty working folder with the data it needs
     launcher: str  # the kind of launcher that starts its ranks (autograder.launch.LAUNCHERS)
-    checks: tuple[str, ...]  # the checks that apply, in the report's order
+    # Which checks apply, from every check in the report's order: read from the
+    # registry each time, so a new check needs no edit here.
+    choose_checks: Callable[[list[Check]], tuple[str, ...]]
+
+    @property
+    def checks(self) -> tuple[str, ...]:
+        """The checks that apply, in the report's order."""
+        return self.choose_checks(all_checks())
 
     @property
     def notebook(self) -> str:
@@ -49,14 +56,19 @@ def _mnist(workdir: Path) -> None:
     provide_mnist(workdir / "data")
 
 
-# The checks of a program whose ranks main(rank, world_size) runs, and of one that torchrun starts.
-SPAWNED_CHECKS = tuple(c.id for c in CHECKS if c.change != TORCHRUN_CHANGE)
-TORCHRUN_CHECKS = (
-    *(c.id for c in CHECKS if c.change == TORCHRUN_CHANGE),
-    "weights_in_sync",
-    "rank0_logs",
-    "cleanup",
-)
+def spawned_checks(checks: list[Check]) -> tuple[str, ...]:
+    """The checks of a program whose ranks main(rank, world_size) runs: all but torchrun's."""
+    return tuple(c.id for c in checks if c.change != TORCHRUN_CHANGE)
+
+
+# What the fault-tolerance exercise is also judged on, as a program of the mp exercises is.
+ALSO_UNDER_TORCHRUN = ("weights_in_sync", "rank0_logs", "cleanup")
+
+
+def torchrun_checks(checks: list[Check]) -> tuple[str, ...]:
+    """The checks of a program that torchrun starts: torchrun's, then those it shares."""
+    return (*(c.id for c in checks if c.change == TORCHRUN_CHANGE), *ALSO_UNDER_TORCHRUN)
+
 
 EXERCISES = {
     e.name: e
@@ -69,9 +81,9 @@ EXERCISES = {
             "solutions/linear_regression_ddp.py",
             _nothing,
             "mp",
-            SPAWNED_CHECKS,
+            spawned_checks,
         ),
-        Exercise("mnist", "mnist_ddp", "mnist_ddp.py", "mnist", "solutions/mnist_ddp.py", _mnist, "mp", SPAWNED_CHECKS),
+        Exercise("mnist", "mnist_ddp", "mnist_ddp.py", "mnist", "solutions/mnist_ddp.py", _mnist, "mp", spawned_checks),
         Exercise(
             "fault_tolerance",
             "fault_tolerance",
@@ -80,7 +92,7 @@ EXERCISES = {
             "solutions/fault_tolerance.py",
             _nothing,
             "torchrun",
-            TORCHRUN_CHECKS,
+            torchrun_checks,
         ),
     )
 }

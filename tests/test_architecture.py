@@ -16,7 +16,7 @@ import pytest
 from traitlets.config.loader import PyFileConfigLoader
 
 from autograder.exercises import ASSIGNMENTS, EXERCISES, LEFT_BY_RUNNING
-from autograder.judge.checks import CHECKS
+from autograder.judge.checks import all_checks
 from autograder.launch import LAUNCHERS
 from autograder.launch.channel import RecordChannel
 from autograder.rank.probes.state import RankState
@@ -155,6 +155,25 @@ def test_the_schema_imports_only_the_standard_library_and_itself():
                     assert name.split(".")[0] in sys.stdlib_module_names and name != "ctypes", (path.name, name)
 
 
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 500, 60  # one idea per file; a function one screen long
+
+
+def test_every_module_is_one_idea_and_every_function_one_screen():
+    long_modules, long_functions = [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        where, lines = path.relative_to(ROOT), text.count("\n")
+        if lines > MAX_MODULE_LINES:
+            long_modules.append(f"{where} ({lines} lines)")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    long_functions.append(f"{where}:{node.lineno} {node.name} ({length} lines)")
+    assert not long_modules, f"modules over {MAX_MODULE_LINES} lines: split them along their seams: {long_modules}"
+    assert not long_functions, f"functions over {MAX_FUNCTION_LINES} lines: {long_functions}"
+
+
 def _sources(*folders: str) -> str:
     return "\n".join(p.read_text() for folder in folders for p in (ROOT / folder).rglob("*.py"))
 
@@ -200,7 +219,7 @@ def test_the_judge_reads_missing_fields_as_their_defaults():
 def test_each_exercise_record_matches_the_course(exercise):
     assert (ROOT / exercise.solution).is_file()
     assert exercise.launcher in LAUNCHERS
-    assert set(exercise.checks) <= {c.id for c in CHECKS}
+    assert set(exercise.checks) <= {c.id for c in all_checks()}
     assert exercise.assignment in ASSIGNMENTS
     for folder in ("source", "release"):
         notebook = nbformat.read(ROOT / folder / exercise.assignment / f"{exercise.assignment}.ipynb", as_version=4)

@@ -26,7 +26,7 @@ from conftest import ROOT, failed_ids
 
 from autograder import RunOptions, grade
 from autograder.exercises import EXERCISES
-from autograder.judge.checks import REPORT_ORDER
+from autograder.judge.checks import all_checks
 
 LR, MNIST, FT = "linear_regression", "mnist", "fault_tolerance"
 REFERENCES = {name: ROOT / exercise.solution for name, exercise in EXERCISES.items()}
@@ -90,6 +90,7 @@ def after_the_restart(error: str) -> dict[str, Says]:
 
 # A crash at the first checkpoint: everything before it was recorded, and is judged: the
 # checks of changes 1 to 3, which come first in the report, up to "training".
+REPORT_ORDER = [c.id for c in all_checks()]
 TRAINED_BEFORE_THE_CRASH = REPORT_ORDER[: REPORT_ORDER.index("training") + 1]
 # Without a sampler in training, the checks of its use have nothing to judge, and give no points.
 WITHOUT_SAMPLER = {

@@ -18,8 +18,8 @@ from pathlib import Path
 import nbformat
 import pytest
 from conftest import processes_mentioning
+from sample_grades import TOTAL, expected_score
 from test_kernel_sandbox import kernel_processes
-from test_nbgrader import TOTAL, expected_score
 
 from autograder.errors import CannotGrade
 from autograder.nbgrader_ext import class_grading
@@ -34,7 +34,7 @@ SAMPLES = ROOT / "tests" / "samples"
 ASSIGNMENT = "linear_regression"
 STUDENTS = ("ada", "brook", "cy", "eve")  # cy is not in the gradebook: nbgrader adds her
 # ada's answers are all right; cy hands in the release untouched; the cells brook and eve lose
-# are test_nbgrader.py's FAILED_CELLS. Totals come from the checks' points, never typed here.
+# are sample_grades.py's FAILED_CELLS. Totals come from the checks' points, never typed here.
 EXPECTED = {
     "ada": TOTAL[ASSIGNMENT],
     "brook": expected_score("brook", ASSIGNMENT),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib.util
 import random
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from test_checks import TABLE
 
 from autograder.exercises import EXERCISES
 from autograder.grading import judge
-from autograder.judge.checks import CHECKS, run_checks
+from autograder.judge.checks import all_checks, run_checks
 from autograder.judge.records import RunRecords
 from autograder.schema import events
 from autograder.schema.run import RankStatus
@@ -430,7 +431,7 @@ def test_mutated_records_never_crash_a_check():
     for attempt in range(400):
         name = names[attempt % len(names)]
         run = RunRecords.from_dict(_mutated(rng, _loaded(name)))
-        for check in CHECKS:
+        for check in all_checks():
             try:
                 outcome = check.judge(run)
             except Exception as error:  # noqa: BLE001 - the point of the test
@@ -721,3 +722,42 @@ def test_gpu_placement_counts_on_a_gpu_run_only():
     data = fixture()
     data["backend"] = "nccl"
     assert verdicts(data)["gpu_device"].max_points == 1
+
+
+# --- a new check is one decorated function ----------------------------------------
+
+THROWAWAY_FAMILY = """
+from autograder.judge.checks.registry import check
+from autograder.judge.verdict import failed
+
+
+@check("throwaway", "A throw-away check", 3, "Change 3")
+def throwaway(run):
+    'Passes when never: it is here to be thrown away.'
+    return failed(f"The throw-away check fails on every one of the {run.world_size} ranks.", "Delete it.", 1)
+"""
+
+
+def test_a_new_check_is_one_decorated_function_and_the_rest_follows(tmp_path, monkeypatch):
+    from autograder.judge.checks import registry
+    from tools import grade_cells
+
+    monkeypatch.setattr(registry, "REGISTERED", dict(registry.REGISTERED))  # thrown away after the test
+    module = tmp_path / "throwaway_family.py"
+    module.write_text(THROWAWAY_FAMILY)
+    spec = importlib.util.spec_from_file_location("throwaway_family", module)
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+
+    exercise = EXERCISES["linear_regression"]
+    assert exercise.checks[-1] == "throwaway" and "throwaway" not in EXERCISES["fault_tolerance"].checks
+    cell = grade_cells.grade_cells(exercise)[-1]
+    assert cell.metadata["nbgrader"]["grade_id"] == "lr_throwaway" and cell.metadata["nbgrader"]["points"] == 3
+    assert 'require("linear_regression_ddp.py", "linear_regression", "throwaway")' in cell.source
+    table = grade_cells.points_table(exercise)
+    assert "| `throwaway` | Change 3: A throw-away check | 3 |" in table and "| | **Total** | **21** |" in table
+    assert "| `throwaway` | 3 | never: it is here to be thrown away |" in grade_cells.check_tables()[0]
+    report = judge(Submission(Path(exercise.solution), False, ""), RunRecords.from_dict(fixture()))
+    assert (report.score, report.max_score) == (18, 21)
+    verdict = report.check("throwaway")
+    assert (verdict.status, verdict.rank, verdict.hint) == ("failed", 1, "Delete it.")
+    assert verdict.message == "The throw-away check fails on every one of the 2 ranks."

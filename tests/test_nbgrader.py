@@ -27,6 +27,7 @@ import nbformat
 import pytest
 from conftest import CHROMIUM, CHROMIUM_FLAGS, run_cli
 from nbgrader.api import Gradebook
+from sample_grades import FAILED_CELLS, TOTAL, expected_score, points_of
 
 from autograder.exercises import ASSIGNMENTS, EXERCISES, by_assignment
 from autograder.judge.checks import by_id
@@ -40,17 +41,6 @@ pytestmark = pytest.mark.nbgrader
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "tests" / "samples"
-QUIZ_POINTS = {
-    "q1_effective_batch_size_test": 1,
-    "q2_checkpoint_rank_test": 1,
-    "q3_sampler_answer_test": 1,
-    "q4a_samples_per_rank_test": 1,
-    "q4b_rank1_indices_test": 2,
-    "q5_ddp_key_prefix_test": 1,
-}
-TOTAL = {"ddp_intro": sum(QUIZ_POINTS.values())} | {
-    e.assignment: sum(by_id(c).points for c in e.graded_checks) for e in EXERCISES.values()
-}
 SUBMISSIONS = {
     "perfect": ASSIGNMENTS,
     "blank": ASSIGNMENTS,
@@ -61,63 +51,7 @@ SUBMISSIONS = {
 }
 
 
-def points_of(check_id: str) -> float:
-    return by_id(check_id).points
-
-
-# The grade cells each sample fails, and nothing else.
-FAILED_CELLS = {
-    ("brook", "ddp_intro"): {
-        "q1_effective_batch_size_test": 1,  # 512 / 4 is 128.0, a float: the hidden test
-        "q4a_samples_per_rank_test": 1,  # forgot the padding: 3 instead of 4
-        "q4b_rank1_indices_test": 2,
-    },
-    ("brook", "linear_regression"): {
-        "lr_set_epoch": points_of("set_epoch"),  # never calls set_epoch
-        "lr_checkpoint_loadable": points_of("checkpoint_loadable"),  # saves "module." keys
-        "lr_launcher": points_of("launcher"),  # starts torch.cuda.device_count() ranks: 0 on a CPU
-    },
-    ("brook", "mnist_ddp"): {
-        "mnist_rank0_checkpoint": points_of("rank0_checkpoint"),  # every rank saves ...
-        "mnist_rank0_logs": points_of("rank0_logs"),
-    },  # ... and prints
-    # The slips of a well-known torchrun example: the snapshot holds the epoch just finished and no
-    # optimizer state, and LOCAL_RANK guards the save (two writers on two nodes).
-    ("brook", "fault_tolerance"): {
-        f"ft_{check_id}": points_of(check_id)
-        for check_id in ("snapshot_rank0", "snapshot_contents", "resume_epoch", "optimizer_restored", "same_result")
-    },
-    # Loads the snapshot under a key it was not saved with: the run crashes once restarted.
-    ("eve", "fault_tolerance"): {
-        f"ft_{check_id}": points_of(check_id)
-        for check_id in ("resumed", "resume_epoch", "optimizer_restored", "same_result")
-    },
-    # No DistributedSampler: the checks of its use have nothing to judge, and give no points.
-    ("dana", "linear_regression"): {
-        f"lr_{check_id}": points_of(check_id) for check_id in ("distributed_sampler", "same_dataset", "set_epoch")
-    },
-    # model.modules when saving: the run crashes after 5 epochs. What ran before is judged on its
-    # evidence; the checks it never reached fail.
-    ("eve", "linear_regression"): {
-        f"lr_{check_id}": points_of(check_id)
-        for check_id in ("rank0_checkpoint", "checkpoint_loadable", "rank0_logs", "cleanup", "launcher")
-    },
-    # The quiz cells check exact types, and the DDP cells' outputs come from a grading outside the
-    # kernel: every cell fails, as for the release untouched.
-    ("mallory", "ddp_intro"): QUIZ_POINTS,
-    ("mallory", "linear_regression"): {
-        f"lr_{check_id}": points_of(check_id) for check_id in by_assignment("linear_regression").graded_checks
-    },
-}
-
-
 AUTOGRADE_SECONDS: dict[str, float] = {}
-
-
-def expected_score(student: str, assignment: str) -> float:
-    if student == "blank":
-        return 0
-    return TOTAL[assignment] - sum(FAILED_CELLS.get((student, assignment), {}).values())
 
 
 @pytest.fixture(scope="module")

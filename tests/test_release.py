@@ -146,41 +146,58 @@ def test_one_grade_cell_per_graded_check(assignment):
 
 def test_grade_cells_are_generated_from_the_checks():
     found = [str(path.relative_to(ROOT)) for path in grade_cells.stale()]
-    assert found == [], f"stale grade cells in {', '.join(found)}: run `python -m tools.grade_cells`, commit source/"
+    assert found == [], f"stale: {', '.join(found)}: run `python -m tools.grade_cells` and commit what it writes"
+
+
+def generated_copy(root: Path) -> Path:
+    """The files tools.grade_cells writes, as committed, under root."""
+    for name in [*(e.notebook for e in EXERCISE_OF.values()), *grade_cells.TEXT_FILES]:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, root / name)
+    return root
+
+
+def assert_found_stale_and_refreshed(root: Path, copy: Path, as_committed: bool = True) -> None:
+    assert grade_cells.stale(root) == [copy]
+    assert grade_cells.write_all(root) == [copy]
+    assert grade_cells.stale(root) == []
+    if as_committed:  # byte for byte (a grade cell written anew gets a new cell id)
+        assert copy.read_bytes() == (ROOT / copy.relative_to(root)).read_bytes()
 
 
 def test_a_stale_grade_cell_is_found_and_refreshed(tmp_path):
     exercise = EXERCISE_OF["linear_regression"]
-    copy = tmp_path / exercise.notebook
-    copy.parent.mkdir(parents=True)
-    shutil.copy(ROOT / exercise.notebook, copy)
-    for other in EXERCISE_OF.values():  # the other notebooks, current
-        if other is not exercise:
-            (tmp_path / other.notebook).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(ROOT / other.notebook, tmp_path / other.notebook)
+    copy = generated_copy(tmp_path) / exercise.notebook
     notebook = nbformat.read(copy, as_version=4)
     graded = [c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade")]
     graded[0].metadata.nbgrader["points"] = 5
     notebook.cells.remove(graded[-1])
     nbformat.write(notebook, copy)
-    assert grade_cells.stale(tmp_path) == [copy]
-    assert grade_cells.write_all(tmp_path) == [copy]
-    assert grade_cells.stale(tmp_path) == []
-    assert comparable(copy) == comparable(ROOT / exercise.notebook)  # all but the new cell's id
+    assert_found_stale_and_refreshed(tmp_path, copy, as_committed=False)
 
 
 def test_a_stale_points_table_is_found_and_refreshed(tmp_path):
-    for exercise in EXERCISE_OF.values():
-        (tmp_path / exercise.notebook).parent.mkdir(parents=True)
-        shutil.copy(ROOT / exercise.notebook, tmp_path / exercise.notebook)
     exercise = EXERCISE_OF["mnist_ddp"]
-    copy = tmp_path / exercise.notebook
+    copy = generated_copy(tmp_path) / exercise.notebook
     notebook = nbformat.read(copy, as_version=4)
     [table] = [c for c in notebook.cells if c.cell_type == "markdown" and "| **Total** |" in c.source]
     total = points(sum(by_id(c).points for c in exercise.graded_checks))
     table.source = table.source.replace(f"| **{total}** |", "| **99** |")
     nbformat.write(notebook, copy)
-    assert grade_cells.stale(tmp_path) == [copy]
-    assert grade_cells.write_all(tmp_path) == [copy]
-    assert grade_cells.stale(tmp_path) == []
-    assert copy.read_bytes() == (ROOT / exercise.notebook).read_bytes()  # nbformat writes it as committed
+    assert_found_stale_and_refreshed(tmp_path, copy)
+
+
+@pytest.mark.parametrize(
+    "name, old, new",
+    [
+        ("README.md", "| `set_epoch` | 1 |", "| `set_epoch` | 4 |"),
+        ("README.md", "| `resumed` | 3 |", "| `resumed` | 1 |"),
+        ("tests/samples/README.md", "15/18 (set_epoch, checkpoint_loadable, launcher)", "16/18 (set_epoch, launcher)"),
+    ],
+)
+def test_a_stale_table_of_checks_or_of_sample_scores_is_found_and_refreshed(tmp_path, name, old, new):
+    copy = generated_copy(tmp_path) / name
+    text = copy.read_text()
+    assert text.count(old) == 1
+    copy.write_text(text.replace(old, new))
+    assert_found_stale_and_refreshed(tmp_path, copy)

@@ -1,5 +1,7 @@
-"""`python -m tools.grade_cells [--check]`: write the DDP notebooks' grade
-cells from the check list, so the checks are their one source of truth.
+"""`python -m tools.grade_cells [--check]`: write what is generated from the
+checks, so they are its one source of truth: the DDP notebooks' grade cells
+and points tables, the README's tables of checks, and the expected scores
+of the sample students in tests/samples/README.md.
 
 For each exercise (autograder.exercises) its source notebook gets one grade
 cell per graded check, in the report's order: the check's points, a heading
@@ -10,7 +12,11 @@ notebook is built from data, never kept in step by hand. A new check is then
 its function, its catalogue rows and a rerun of this tool (and of
 `nbgrader generate_assignment --force` for the release).
 
-`--check` writes nothing; it exits 1 and names each notebook that is stale.
+The README's tables give each check's points and what it passes when (its
+docstring); the samples' scores come from
+tests/sample_grades.py, which the nbgrader tests hold the real grades to.
+
+`--check` writes nothing; it exits 1 and names each file that is stale.
 """
 
 from __future__ import annotations
@@ -23,12 +29,13 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.exercises import EXERCISES, Exercise
-from autograder.judge.checks import by_id
+from autograder.exercises import ALSO_UNDER_TORCHRUN, ASSIGNMENTS, EXERCISES, Exercise
+from autograder.judge.checks import Check, by_id
 from autograder.schema.run import HIDDEN_WORLD_SIZE
 from autograder.wording import plural, points
 
 ROOT = Path(__file__).resolve().parents[1]
+TESTS = ROOT / "tests"
 TABLE = re.compile(r"^\| Check \| What it checks \| Points \|\n(?:\|.*\n?)*?\| \| \*\*Total\*\* \|.*$", re.MULTILINE)
 
 
@@ -98,23 +105,87 @@ def refresh(notebook: nbformat.NotebookNode, exercise: Exercise) -> nbformat.Not
     return notebook
 
 
+CHECK_TABLE = re.compile(r"^\| id \| points \| passes when \|\n\|---\|---\|---\|\n(?:\|.*\n)*", re.MULTILINE)
+
+
+def check_rows(checks: list[Check]) -> list[str]:
+    return [f"| `{c.id}` | {points(c.points)} | {c.passes_when} |" for c in checks]
+
+
+def check_tables() -> list[str]:
+    """The README's tables of checks: the mp exercises', then the torchrun exercise's."""
+    header = ["| id | points | passes when |", "|---|---|---|"]
+    mp = next(e for e in EXERCISES.values() if e.launcher == "mp")
+    torchrun = next(e for e in EXERCISES.values() if e.launcher == "torchrun")
+    shared = [by_id(c) for c in ALSO_UNDER_TORCHRUN]
+    also = (
+        f"| {', '.join(f'`{c.id}`' for c in shared)} | {', '.join(points(c.points) for c in shared)} "
+        "| as above, on the workers of the job without a fault |"
+    )
+    own = [by_id(c) for c in torchrun.checks if c not in ALSO_UNDER_TORCHRUN]
+    return [
+        "\n".join([*header, *check_rows([by_id(c) for c in mp.checks])]) + "\n",
+        "\n".join([*header, *check_rows(own), also]) + "\n",
+    ]
+
+
+def refresh_readme(text: str) -> str:
+    tables = iter(check_tables())
+    found = len(CHECK_TABLE.findall(text))
+    if found != 2:
+        raise ValueError(f"README.md should have two tables of checks, not {found}")
+    return CHECK_TABLE.sub(lambda _: next(tables), text)
+
+
+def refresh_samples(text: str) -> str:
+    """The samples' table with its last column, the expected scores, from tests/sample_grades.py."""
+    if str(TESTS) not in sys.path:
+        sys.path.insert(0, str(TESTS))
+    from sample_grades import BLANK, expected_summary
+
+    def row(match: re.Match) -> str:
+        student = match.group(1)
+        folders = {p.name for p in (TESTS / "samples" / student).iterdir() if p.is_dir()}
+        handed_in = [a if a in folders or student in BLANK else None for a in ASSIGNMENTS]
+        scores = ", ".join(expected_summary(student, a) if a else "-" for a in handed_in)
+        return f"| {student} | {match.group(2)} | {scores} |"
+
+    return re.sub(
+        r"^\| (\w+) \| (.*) \| [^|]* \|$",
+        lambda m: row(m) if m.group(1) != "Student" else m[0],
+        text,
+        flags=re.MULTILINE,
+    )
+
+
+# Text files written from the checks, and how.
+TEXT_FILES = {"README.md": refresh_readme, "tests/samples/README.md": refresh_samples}
+
+
 def stale(root: Path = ROOT) -> list[Path]:
-    """The source notebooks whose grade cells or points table are not what the checks say."""
+    """The files whose generated parts are not what the checks say."""
     found = []
     for exercise in EXERCISES.values():
         path = root / exercise.notebook
         notebook = nbformat.read(path, as_version=4)
         if refresh(notebook, exercise) != notebook:
             found.append(path)
+    for name, refreshed in TEXT_FILES.items():
+        text = (root / name).read_text()
+        if refreshed(text) != text:
+            found.append(root / name)
     return found
 
 
 def write_all(root: Path = ROOT) -> list[Path]:
-    """Refresh the stale source notebooks in place (nbformat's own layout); the others are not touched."""
+    """Refresh the stale files in place (notebooks in nbformat's own layout); the others are not touched."""
     written = []
     for path in stale(root):
-        exercise = next(e for e in EXERCISES.values() if root / e.notebook == path)
-        nbformat.write(refresh(nbformat.read(path, as_version=4), exercise), path)
+        exercise = next((e for e in EXERCISES.values() if root / e.notebook == path), None)
+        if exercise is not None:
+            nbformat.write(refresh(nbformat.read(path, as_version=4), exercise), path)
+        else:
+            path.write_text(TEXT_FILES[str(path.relative_to(root))](path.read_text()))
         written.append(path)
     return written
 
@@ -126,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         found = stale()
         for path in found:
-            print(f"{path.relative_to(ROOT)}: grade cells or points table are stale; run `python -m tools.grade_cells`")
+            print(f"{path.relative_to(ROOT)}: stale; run `python -m tools.grade_cells`")
         return 1 if found else 0
     for path in write_all():
         print(f"wrote {path.relative_to(ROOT)}")

@@ -18,8 +18,8 @@ import torch.multiprocessing as mp
 from ..rank import own_launcher
 from ..rank.spec import RankSpec
 from . import Job
-from .skeleton import Launch, Launcher
 from .local import started_process, warm_method
+from .skeleton import Launch, Launcher
 from .supervise import StartedRank, start_command
 
 

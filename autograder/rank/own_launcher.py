@@ -29,7 +29,8 @@ import sys
 
 from ..schema.run import MAX_OWN_LAUNCHER_RANKS
 from . import warm_spawn
-from .probes import process_group, spawn_guard
+from .probes.process_group import ProcessGroupProbe
+from .probes.spawn_guard import SpawnGuardProbe
 from .probes.state import RankState, StudentError
 from .runner import enter_sandbox, isolate, open_channels, prepare_environment
 from .spec import RankSpec
@@ -57,18 +58,19 @@ def _spec_from_environment() -> RankSpec:
 
 def guard_spawned_rank() -> None:
     """Called by the hook at the start of every process the student's launcher spawns."""
-    spawn_guard.install(_state(_spec_from_environment(), 0, 1, ""))
+    SpawnGuardProbe(_state(_spec_from_environment(), 0, 1, "")).install()
 
 
 def _rank_with_probes(rank: int, fn, args, world_size: int) -> None:
     """What each started rank runs: the student's function, on the grader's rendezvous."""
     spec = _spec_from_environment()
     state = _state(spec, rank, world_size, spec.channel_path)
-    process_group.install(state)
+    probe = ProcessGroupProbe(state)
+    probe.install()
     try:
         fn(rank, *args)
     finally:
-        process_group.finish(state)
+        probe.finish()
         state.close()
     # As a graded rank does, skip the interpreter's teardown: a process group
     # that the model still holds is torn down there, and can abort the rank.

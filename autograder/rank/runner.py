@@ -175,15 +175,15 @@ def run_rank(rank: int, spec: RankSpec) -> None:
     _share_cores(spec.world_size)
     _fresh_numpy_seed()
     prepare_environment(spec)
-    probes.install(state)
+    installed = probes.install(state)
 
     def call_main():
         _entry_point(_import_submission(spec))(rank, spec.world_size)
 
-    run_to_the_end(state, spec, call_main)
+    run_to_the_end(state, spec, call_main, installed)
 
 
-def run_to_the_end(state: RankState, spec: RankSpec, student_code) -> None:
+def run_to_the_end(state: RankState, spec: RankSpec, student_code, installed: list[probes.Probe]) -> None:
     """Run the student's code, record how it ended, and end the process."""
     failed = False
     try:
@@ -196,7 +196,7 @@ def run_to_the_end(state: RankState, spec: RankSpec, student_code) -> None:
         failed = True
         _record_error(state, error, spec)
     finally:
-        probes.finish(state)
+        probes.finish(installed)
         state.record("rank_done", failed=failed)
         state.close()
         sys.stdout.flush()

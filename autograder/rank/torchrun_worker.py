@@ -30,7 +30,7 @@ def _arm_fault(state: RankState, passes: int) -> None:
     """SIGKILL this worker at its first optimizer step after `passes` whole passes over the data."""
 
     def after_step(*_args):
-        if state.extras.get("passes_finished", 0) >= passes:
+        if state.passes_finished >= passes:
             state.record("fault_injected", passes=passes)
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -66,10 +66,10 @@ def run(plan: TorchrunPlan) -> None:
     os.chdir(spec.workdir)
     sys.path.insert(0, spec.source_dir)
     sys.argv = [spec.module_path]
-    probes.install(state)
+    installed = probes.install(state)
     if plan.fault_rank == rank and attempt == 0:
         _arm_fault(state, plan.fault_after_passes)
-    run_to_the_end(state, spec, lambda: runpy.run_path(spec.module_path, run_name="__main__"))
+    run_to_the_end(state, spec, lambda: runpy.run_path(spec.module_path, run_name="__main__"), installed)
 
 
 if __name__ == "__main__":

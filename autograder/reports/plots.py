@@ -202,15 +202,20 @@ def _partition_png(stats: PartitionStats) -> bytes:
     grid = figure.add_gridspec(
         1, 2, width_ratios=(3.2, 1), wspace=0.06, left=0.1, right=0.87, top=1 - 0.3 / height, bottom=0.72 / height
     )
-    left, right = figure.add_subplot(grid[0]), figure.add_subplot(grid[1])
+    _draw_owners(figure.add_subplot(grid[0]), stats)
+    _draw_rank_order(figure.add_subplot(grid[1]), stats)
+    _partition_legend(figure, stats)
+    return png(figure)
 
-    # Left: epoch x dataset index, coloured by owner. Codes: 0 unread, 1 overlap, 2 + k the k-th drawn rank.
+
+def _draw_owners(axes, stats: PartitionStats) -> None:
+    """Epoch x dataset index, coloured by owner. Codes: 0 unread, 1 overlap, 2 + k the k-th drawn rank."""
     position = {rank: k for k, rank in enumerate(stats.ranks)}
     image = [[0 if o == -1 else 1 if o == -2 else 2 + position[o] for o in row] for row in stats.owners]
     colours = [UNREAD_COLOUR, OVERLAP_COLOUR] + [_rank_colour(r) for r in stats.ranks]
     cmap = ListedColormap(colours)
     norm = BoundaryNorm([c - 0.5 for c in range(len(colours) + 1)], len(colours))
-    left.imshow(
+    axes.imshow(
         image,
         aspect="auto",
         interpolation="nearest",
@@ -218,20 +223,22 @@ def _partition_png(stats: PartitionStats) -> bytes:
         norm=norm,
         extent=(-0.5, stats.dataset_length - 0.5, stats.epochs + 0.5, 0.5),
     )
-    left.set_yticks(range(1, stats.epochs + 1), [f"epoch {n}" for n in range(1, stats.epochs + 1)], fontsize=7)
-    left.set_xlabel("dataset index", fontsize=8)
-    left.tick_params(axis="x", labelsize=7)
+    axes.set_yticks(range(1, stats.epochs + 1), [f"epoch {n}" for n in range(1, stats.epochs + 1)], fontsize=7)
+    axes.set_xlabel("dataset index", fontsize=8)
+    axes.tick_params(axis="x", labelsize=7)
     worst = max(stats.overlap)
-    left.set_title(
+    axes.set_title(
         f"who read each sample: overlap {_percent(worst)}",
         fontsize=9,
         color=OVERLAP_COLOUR if worst > 0.01 else "black",
         fontweight="bold" if worst > 0.01 else "normal",
     )
 
-    # Right: the first indices rank 0 read in each epoch, coloured by index: identical rows = same order.
+
+def _draw_rank_order(axes, stats: PartitionStats) -> None:
+    """The first indices rank 0 read in each epoch, coloured by index: identical rows = same order."""
     repeated = bool(stats.same_order) and all(stats.same_order)
-    right.set_title(
+    axes.set_title(
         f"rank {stats.ranks[0]}'s order" + (": repeated" if repeated else ""),
         fontsize=9,
         color=OVERLAP_COLOUR if repeated else "black",
@@ -239,7 +246,7 @@ def _partition_png(stats: PartitionStats) -> bytes:
     )
     order = stats.order
     if order:
-        right.imshow(
+        axes.imshow(
             order,
             aspect="auto",
             interpolation="nearest",
@@ -250,7 +257,7 @@ def _partition_png(stats: PartitionStats) -> bytes:
         )
         for number, same in enumerate(stats.same_order, start=2):
             if same:
-                right.text(
+                axes.text(
                     len(order[0]) + 1.0,
                     number,
                     "= epoch 1",
@@ -259,10 +266,12 @@ def _partition_png(stats: PartitionStats) -> bytes:
                     va="center",
                     fontweight="bold",
                 )
-    right.set_yticks([])
-    right.set_xlabel("position (colour = index)", fontsize=8)
-    right.tick_params(axis="x", labelsize=7)
+    axes.set_yticks([])
+    axes.set_xlabel("position (colour = index)", fontsize=8)
+    axes.tick_params(axis="x", labelsize=7)
 
+
+def _partition_legend(figure, stats: PartitionStats) -> None:
     handles = [Patch(color=_rank_colour(r), label=f"rank {r}") for r in stats.ranks[:4]]
     if len(stats.ranks) > 4:
         handles.append(Patch(color="white", label=f"... ({len(stats.ranks)} ranks)"))
@@ -278,7 +287,6 @@ def _partition_png(stats: PartitionStats) -> bytes:
         columnspacing=1.0,
         borderaxespad=0.2,
     )
-    return png(figure)
 
 
 # --- losses -------------------------------------------------------------------

@@ -101,6 +101,9 @@ def _partition_problem(
 
 @check("distributed_sampler", "DistributedSampler splits the data", 3, "Change 2a")
 def distributed_sampler(run: RunRecords) -> Outcome:
+    """Passes when what the model was fed in training came from a DataLoader with a `DistributedSampler` set up for
+    its rank and the world size; the samples fed on the ranks are the ones the sampler handed out, disjoint
+    apart from the sampler's padding, and together they cover the data set (below)."""
     problem = _no_sampler_used(run)
     if problem:
         return problem
@@ -169,6 +172,8 @@ def _needs_sampler(run: RunRecords, what: str) -> Outcome | None:
 
 @check("same_dataset", "Every rank has the same data set", 1, "Change 2a")
 def same_dataset(run: RunRecords) -> Outcome:
+    """Passes when the data set behind the sampler is the same on every rank (length, and a fingerprint of its
+    contents); fails without a sampler in training."""
     problem = _needs_sampler(run, "comparing the ranks' data sets")
     if problem:
         return problem
@@ -205,6 +210,8 @@ def same_dataset(run: RunRecords) -> Outcome:
 
 @check("set_epoch", "set_epoch reshuffles every epoch", 1, "Change 2b")
 def set_epoch(run: RunRecords) -> Outcome:
+    """Passes when a shuffling sampler got a new order every epoch (`set_epoch`); skipped when it does not shuffle
+    or there is one epoch; fails without a sampler in training."""
     problem = _needs_sampler(run, "the shuffle of each epoch")
     if problem:
         return problem

@@ -1,6 +1,6 @@
-"""The checks of a run's life (changes 1 and 5, the launcher): the process group
-is created and destroyed, the student's own launcher starts the ranks, and on
-GPUs each rank has its own device.
+"""The checks of the rest of a run's life (change 5, the launcher, the
+machine): the process group is destroyed, the student's own launcher starts
+the ranks, and on GPUs each rank has its own device.
 """
 
 from __future__ import annotations
@@ -12,49 +12,9 @@ from ..verdict import Outcome, failed, passed
 from .registry import cannot_confirm, check
 
 
-@check("process_group", "Process group created", 2, "Change 1")
-def process_group(run: RunRecords) -> Outcome:
-    # A refused call is the cause; a rank stopped before its own call is only a consequence.
-    for r in sorted(run.ranks, key=lambda r: r.first("init_refused") is None):
-        calls = r.all("init_process_group")
-        if not calls:
-            if not r.finished:
-                return cannot_confirm(run, "that every rank created the process group")
-            return failed(
-                f"Rank {r.rank} never called init_process_group.",
-                "Call dist.init_process_group(backend, rank=rank, world_size=world_size) at the start of main.",
-                r.rank,
-            )
-        refused = r.first("init_refused")
-        if refused is not None:
-            return failed(f"Rank {r.rank}: {refused['reason']}", refused["hint"], r.rank)
-        if len(calls) > 1:
-            return failed(
-                f"Rank {r.rank} called init_process_group {len(calls)} times.",
-                "Create the process group once per rank, at the start of main.",
-                r.rank,
-            )
-        ready = r.first("process_group_ready")
-        if ready is None:
-            return failed(
-                f"Rank {r.rank} called init_process_group, but the group was never ready "
-                f"({run.why_not_reached(r.rank)}).",
-                "Look at the error above: the group could not be created.",
-                r.rank,
-            )
-        if ready["backend"] != run.backend:
-            return failed(
-                f"Rank {r.rank} created its process group with the {ready['backend']} backend, but this run "
-                f"uses {run.backend}.",
-                "Use 'nccl' when there is a GPU per rank and 'gloo' on the CPU: "
-                "'nccl' if torch.cuda.is_available() else 'gloo'.",
-                r.rank,
-            )
-    return passed(f"All {run.world_size} ranks joined one {run.backend} process group, each with its own rank.")
-
-
 @check("cleanup", "Process group destroyed", 1, "Change 5")
 def cleanup(run: RunRecords) -> Outcome:
+    """Passes when every rank destroyed its process group before returning."""
     if not run.all_finished:
         return cannot_confirm(run, "that the process group was destroyed")
     for r in run.ranks:
@@ -78,6 +38,8 @@ LAUNCHER_HINT = (
 
 @check("launcher", "Your launcher starts the ranks", 1, "The launcher")
 def launcher(run: RunRecords) -> Outcome:
+    """Passes when run as `python FILE`, the file's `if __name__ == "__main__":` block started 1 to 8 ranks with
+    `mp.spawn` or `start_processes`, every one joined a process group, and every one finished (below)."""
     # The launcher is run once the graded ranks have finished: it repeats their work.
     if not run.all_finished:
         return cannot_confirm(run, "that your launcher starts the ranks")
@@ -98,16 +60,7 @@ def launcher(run: RunRecords) -> Outcome:
         )
     asked = calls[0]
     if own.first("spawn_refused") is not None or asked["nprocs"] in (0, "0"):
-        if asked["gpus"] == 0 and asked["nprocs"] in (0, "0"):
-            return failed(
-                "Your launcher asked for 0 processes: torch.cuda.device_count() is 0 on a machine without a GPU, "
-                "so nothing ran.",
-                "Fall back to CPU processes when there is no GPU: world_size = torch.cuda.device_count() or 2.",
-            )
-        return failed(
-            f"Your launcher asked for nprocs={asked['nprocs']} processes, which the grader cannot start.",
-            f"Start 1 to {MAX_OWN_LAUNCHER_RANKS} processes: nprocs=world_size with a world_size of 1 or more.",
-        )
+        return _cannot_start(asked)
     if status == RankStatus.HUNG:
         return failed(
             f"The {plural(asked['nprocs'], 'rank')} your launcher started did not finish in time.",
@@ -139,14 +92,37 @@ def launcher(run: RunRecords) -> Outcome:
     )
 
 
+def _cannot_start(asked: dict) -> Outcome:
+    """The student's launcher asked for a number of ranks that cannot run."""
+    if asked["gpus"] == 0 and asked["nprocs"] in (0, "0"):
+        return failed(
+            "Your launcher asked for 0 processes: torch.cuda.device_count() is 0 on a machine without a GPU, "
+            "so nothing ran.",
+            "Fall back to CPU processes when there is no GPU: world_size = torch.cuda.device_count() or 2.",
+        )
+    return failed(
+        f"Your launcher asked for nprocs={asked['nprocs']} processes, which the grader cannot start.",
+        f"Start 1 to {MAX_OWN_LAUNCHER_RANKS} processes: nprocs=world_size with a world_size of 1 or more.",
+    )
+
+
 def _no_gpus(run: RunRecords) -> str | None:
     if run.backend == "nccl":
         return None
     return "Not counted on this machine: the run is on the CPU, with no GPUs to place ranks on."
 
 
-@check("gpu_device", "Each rank on its own GPU", 1, "Change 1", graded=False, cannot_apply=_no_gpus)
+@check(
+    "gpu_device",
+    "Each rank on its own GPU",
+    1,
+    "Change 1",
+    graded=False,
+    cannot_apply=_no_gpus,
+)
 def gpu_device(run: RunRecords) -> Outcome:
+    """Passes when GPU runs only: each rank set its own device (`cuda:<rank>`) before creating the process group;
+    on a CPU run it counts 0 of 0."""
     for r in run.ranks:
         init = r.first("init_process_group")
         if init is None:

@@ -17,6 +17,8 @@ GRADIENT_TOLERANCE = 1e-3  # relative distance of the applied gradient from the 
 
 @check("ddp_wrapped", "Model wrapped in DistributedDataParallel", 2, "Change 3")
 def ddp_wrapped(run: RunRecords) -> Outcome:
+    """Passes when the model the optimizer trained is wrapped in `DistributedDataParallel`, and a forward of the
+    wrapper, with gradients on, came before every optimizer step (so DDP's reducer averaged every step)."""
     for r in run.ranks:
         end = r.first("training_end")
         if end is not None and end["steps"] and end["allreduce_synced_steps"] >= end["steps"]:
@@ -159,6 +161,9 @@ def _scaled_down(applied: list[float], mean: list[float]) -> bool:
 
 @check("weights_in_sync", "Weights equal on every rank", 2, "Change 3")
 def weights_in_sync(run: RunRecords) -> Outcome:
+    """Passes when every step's gradients were averaged over the ranks (by DDP, or by an `all_reduce` of the
+    gradients), the first step applied the mean of the ranks' own gradients (not one rank's, not their sum), and
+    the parameters are equal across ranks at sampled steps and after training."""
     compared = weight_spread(run)
     for step, spread in compared:
         if spread > SYNC_TOLERANCE:
@@ -206,6 +211,8 @@ def _loss_trend(losses: list[float]) -> tuple[float, float, int] | None:
 
 @check("training", "The model trained", 1, "Changes 1 to 5")
 def training(run: RunRecords) -> Outcome:
+    """Passes when the optimizer stepped, the weights changed, the loss fell, and the gradients were averaged over
+    the ranks at all."""
     for r in run.ranks:
         first, last = r.first("first_step"), _last_weights(r)
         if first is None or last is None or not last[0]:

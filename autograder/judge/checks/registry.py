@@ -6,14 +6,14 @@ the run's records that returns passed, failed (with a hint) or skipped.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from ..records import RunRecords
 from ..tampering import TAMPERING_HINT, contradictions
 from ..verdict import FAILED, SKIPPED, Outcome, Verdict, failed, not_reached
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Check:
     id: str
     title: str
@@ -28,8 +28,15 @@ class Check:
     # what this machine can check.
     cannot_apply: Callable[[RunRecords], str | None] | None = None
 
+    @property
+    def passes_when(self) -> str:
+        """The judge's docstring, "Passes when ...", on one line without those words: for the
+        README's tables of checks (python -m tools.grade_cells writes them)."""
+        return " ".join(self.judge.__doc__.split()).removeprefix(PASSES_WHEN).removesuffix(".")
 
-REGISTERED: dict[str, Check] = {}  # by id; the report's order is the package's REPORT_ORDER
+
+PASSES_WHEN = "Passes when "
+REGISTERED: dict[str, Check] = {}  # by id, in the order they were registered
 
 
 def check(
@@ -40,9 +47,22 @@ def check(
     graded: bool = True,
     cannot_apply: Callable[[RunRecords], str | None] | None = None,
 ):
+    """Register the decorated function, whose docstring says "Passes when ...",
+    as a check: everything else (the exercises, their grade cells and points,
+    the reports, the README's tables) is derived from the registry."""
+
     def register(judge):
         assert check_id not in REGISTERED, f"two checks are called {check_id!r}"
-        REGISTERED[check_id] = Check(check_id, title, points, change, judge, graded, cannot_apply)
+        assert (judge.__doc__ or "").startswith(PASSES_WHEN), f"{check_id}: the docstring says {PASSES_WHEN!r}..."
+        REGISTERED[check_id] = Check(
+            id=check_id,
+            title=title,
+            points=points,
+            change=change,
+            judge=judge,
+            graded=graded,
+            cannot_apply=cannot_apply,
+        )
         return judge
 
     return register
@@ -75,19 +95,7 @@ def run_checks(run: RunRecords, check_ids) -> list[Verdict]:
             rank = stopping_rank(run)
             outcome = not_reached(f"Not checked: {run.why_not_reached(rank)}.", rank)
         earned = 0.0 if outcome.status == FAILED else item.points
-        verdicts.append(
-            Verdict(
-                id=item.id,
-                title=item.title,
-                status=outcome.status,
-                points=earned,
-                max_points=item.points,
-                message=outcome.message,
-                hint=outcome.hint,
-                rank=outcome.rank,
-                reached=outcome.reached,
-            )
-        )
+        verdicts.append(Verdict(id=item.id, title=item.title, points=earned, max_points=item.points, **asdict(outcome)))
     return verdicts
 
 

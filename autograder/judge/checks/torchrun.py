@@ -117,6 +117,8 @@ def _loaded_snapshot(job: TorchrunJobRecords, worker: RankRecords) -> dict | Non
 
 @check("torchrun_env", "Rank and world size from torchrun", 2, TORCHRUN_CHANGE)
 def torchrun_env(run: RunRecords) -> Outcome:
+    """Passes when in every job, every worker joined the process group with the rank and world size torchrun gave
+    it (a `rank=` other than `RANK`, such as `LOCAL_RANK` on node 1, is refused), and none called `mp.spawn`."""
     for job in run.torchrun.values():
         for worker in job.workers:
             spawned = worker.first("spawn_in_worker")
@@ -149,6 +151,8 @@ def torchrun_env(run: RunRecords) -> Outcome:
 
 @check("snapshot_rank0", "Only global rank 0 saves snapshots", 2, TORCHRUN_CHANGE)
 def snapshot_rank0(run: RunRecords) -> Outcome:
+    """Passes when only global rank 0 wrote snapshots, in all three jobs: a `LOCAL_RANK == 0` guard fails in the
+    two-node job, where node 1's worker has `LOCAL_RANK` 0 and `RANK` 1."""
     for name in ("reference", "faulted", "two_node"):
         job = run.torchrun.get(name)
         for worker in job.workers if job is not None else ():
@@ -179,6 +183,8 @@ def snapshot_rank0(run: RunRecords) -> Outcome:
 
 @check("snapshot_contents", "The snapshot holds what a restart needs", 2, TORCHRUN_CHANGE)
 def snapshot_contents(run: RunRecords) -> Outcome:
+    """Passes when rank 0's last snapshot, loaded back from disk right after `torch.save`, holds a model state that
+    loads with `strict=True` into the plain model, an optimizer `state_dict`, and an integer epoch."""
     problem = _unfinished(run, "reference", "what the snapshot holds")
     if problem is not None:
         return problem
@@ -215,6 +221,9 @@ def snapshot_contents(run: RunRecords) -> Outcome:
 
 @check("resumed", "Resumed from the snapshot after a restart", 3, TORCHRUN_CHANGE)
 def resumed(run: RunRecords) -> Outcome:
+    """Passes when after the fault torchrun restarted the workers, each restarted worker loaded (before its first
+    step) a snapshot written before the fault (matched by a hash of its model state, so a rename is fine), and
+    it did not train every epoch again."""
     job, problem = _restarted(run, "that the program resumed")
     if problem is not None:
         return problem
@@ -243,6 +252,9 @@ def resumed(run: RunRecords) -> Outcome:
 
 @check("resume_epoch", "Resumed at the right epoch", 2, TORCHRUN_CHANGE)
 def resume_epoch(run: RunRecords) -> Outcome:
+    """Passes when epochs finished when the last snapshot before the fault was written, plus epochs trained after
+    the restart, equal the epochs of the job without a fault: none repeated (saving `epoch` instead of `epoch +
+    1`), none skipped."""
     job, problem = _restarted(run, "which epoch the program resumed at")
     if problem is not None:
         return problem
@@ -274,6 +286,8 @@ def resume_epoch(run: RunRecords) -> Outcome:
 
 @check("optimizer_restored", "Optimizer state restored", 1, TORCHRUN_CHANGE)
 def optimizer_restored(run: RunRecords) -> Outcome:
+    """Passes when at its first step after the restart, every worker's optimizer state (momentum buffers, Adam's
+    moments) equals the one in the snapshot it loaded."""
     job, problem = _restarted(run, "that the optimizer's state was restored")
     if problem is not None:
         return problem
@@ -304,6 +318,8 @@ def optimizer_restored(run: RunRecords) -> Outcome:
 
 @check("same_result", "A fault does not change the result", 2, TORCHRUN_CHANGE)
 def same_result(run: RunRecords) -> Outcome:
+    """Passes when rank 0's final weights after the fault equal those of the job without a fault, within a relative
+    1e-4."""
     job, problem = _restarted(run, "that the fault left the result unchanged")
     if problem is not None:
         return problem

@@ -29,6 +29,8 @@ def _checkpoints_by_rank(run: RunRecords) -> dict[int, list[str]]:
 
 @check("rank0_checkpoint", "Only rank 0 saves checkpoints", 2, "Change 4")
 def rank0_checkpoint(run: RunRecords) -> Outcome:
+    """Passes when only rank 0 saved checkpoints, and one of its files, opened by the grader with
+    `torch.load(weights_only=True)`, holds a model state dict."""
     written = _checkpoints_by_rank(run)
     others = {rank: paths for rank, paths in written.items() if rank != 0 and paths}
     if others:
@@ -68,6 +70,8 @@ def _not_a_checkpoint(run: RunRecords, path: str) -> str:
 
 @check("checkpoint_loadable", "Checkpoint loads into the plain model", 1, "Change 4")
 def checkpoint_loadable(run: RunRecords) -> Outcome:
+    """Passes when the saved model state, of a model trained with averaged gradients, loads with `strict=True` into
+    the plain, unwrapped model (no `module.` prefix)."""
     load = run.ranks[0].first("checkpoint_load")
     if load is None:
         if not run.all_finished:
@@ -120,6 +124,8 @@ def _log_files(r: RankRecords) -> list[str]:
 
 @check("rank0_logs", "Only rank 0 writes logs", 1, "Change 4")
 def rank0_logs(run: RunRecords) -> Outcome:
+    """Passes when rank 0 wrote a training log (a line with a number in it, or a log file), and no other rank wrote
+    a log file or repeated a line (below)."""
     if not run.all_finished:
         return cannot_confirm(run, "who wrote the logs")
     for r in run.ranks[1:]:

@@ -6,20 +6,41 @@ channel (a socket to the grader, launch/channel.py). Probes never decide
 anything; the checks do that from the records.
 """
 
-from . import checkpoint, ddp, files, gradients, inputs, process_group, sampler, snapshot, spawn_guard, training
-from .state import RankState
+from .checkpoint import CheckpointProbe
+from .ddp import DdpProbe
+from .files import FilesProbe
+from .gradients import GradientsProbe
+from .inputs import InputsProbe
+from .process_group import ProcessGroupProbe
+from .sampler import SamplerProbe
+from .snapshot import SnapshotProbe
+from .spawn_guard import SpawnGuardProbe
+from .state import Probe, RankState
+from .training import TrainingProbe
 
-PROBES = (process_group, sampler, inputs, ddp, gradients, training, checkpoint, snapshot, files, spawn_guard)
+
+def install(state: RankState) -> list[Probe]:
+    """Every probe, installed in this order (a later one wraps what an earlier
+    one wrapped); the list is what finish() is given."""
+    gradients, checkpoint = GradientsProbe(state), CheckpointProbe(state)
+    probes = [
+        ProcessGroupProbe(state),
+        SamplerProbe(state),
+        InputsProbe(state),
+        DdpProbe(state),
+        gradients,
+        TrainingProbe(state, gradients),
+        checkpoint,
+        SnapshotProbe(state, checkpoint),
+        FilesProbe(state),
+        SpawnGuardProbe(state),
+    ]
+    for probe in probes:
+        probe.install()
+    return probes
 
 
-def install(state: RankState) -> None:
-    for probe in PROBES:
-        probe.install(state)
-
-
-def finish(state: RankState) -> None:
+def finish(probes: list[Probe]) -> None:
     """Called once main has returned (or failed): record end-of-run facts."""
-    for probe in PROBES:
-        finisher = getattr(probe, "finish", None)
-        if finisher is not None:
-            state.guarded(finisher, state)
+    for probe in probes:
+        probe.state.guarded(probe.finish)

@@ -1,48 +1,49 @@
 """Probe: each DistributedDataParallel wrapper, where its module lives, and
 whether its forward (the part that makes gradients get averaged) ran."""
 
+import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from . import gradients
-from .state import RankState, wraps
+from .state import Probe, RankState, wraps
 
 
 def _devices(module) -> list[str]:
     return sorted({str(p.device) for p in module.parameters()})
 
 
-def install(state: RankState) -> None:
-    original_init = DistributedDataParallel.__init__
-    # Strong references to the wrapped modules: the checkpoint probe needs
-    # them after main has returned and dropped its own.
-    modules = state.extras.setdefault("ddp_modules", [])
+class DdpProbe(Probe):
+    def __init__(self, state: RankState):
+        super().__init__(state)
+        self.forward_calls: dict[int, int] = {}  # the wrapper's number -> its forwards
 
-    @wraps(original_init)
-    def __init__(self, module, *args, **kwargs):
-        state.record("ddp_created", devices=state.guarded(_devices, module))
-        original_init(self, module, *args, **kwargs)
-        number = len(modules)
-        modules.append(module)
-        calls = state.extras.setdefault("ddp_forward_calls", {})
-        calls[number] = 0
+    def install(self) -> None:
+        probe, state = self, self.state
+        original_init = DistributedDataParallel.__init__
 
-        def count_forward(ddp_model, _inputs):
-            calls[number] += 1
-            gradients.mark_ddp_forward(state, ddp_model)
+        @wraps(original_init)
+        def __init__(self, module, *args, **kwargs):
+            state.record("ddp_created", devices=state.guarded(_devices, module))
+            original_init(self, module, *args, **kwargs)
+            # A strong reference: the checkpoint probe needs the module after main has returned and dropped its own.
+            state.ddp_modules.append(module)
+            number = len(state.ddp_modules) - 1
+            probe.forward_calls[number] = 0
+            self.register_forward_pre_hook(lambda ddp_model, _inputs: probe.count_forward(number, ddp_model))
 
-        self.register_forward_pre_hook(count_forward)
+        DistributedDataParallel.__init__ = __init__
 
-    DistributedDataParallel.__init__ = __init__
+    def count_forward(self, number: int, ddp_model) -> None:
+        self.forward_calls[number] += 1
+        if torch.is_grad_enabled() and getattr(ddp_model, "require_backward_grad_sync", True):
+            self.state.ddp_forward_ready = True
+
+    def finish(self) -> None:
+        self.state.record("ddp_forward_calls", calls=self.forward_calls)
 
 
 def wrapped_parameter_ids(state: RankState) -> set[int]:
-    return {id(p) for module in state.extras.get("ddp_modules", []) for p in module.parameters()}
+    return {id(p) for module in state.ddp_modules for p in module.parameters()}
 
 
 def last_wrapped_module(state: RankState):
-    modules = state.extras.get("ddp_modules", [])
-    return modules[-1] if modules else None
-
-
-def finish(state: RankState) -> None:
-    state.record("ddp_forward_calls", calls=state.extras.get("ddp_forward_calls", {}))
+    return state.ddp_modules[-1] if state.ddp_modules else None

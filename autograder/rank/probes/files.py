@@ -7,7 +7,7 @@ recorded by the checkpoint probe because it opens files in C++.
 import os
 import sys
 
-from .state import RankState
+from .state import Probe, RankState
 
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT
 
@@ -18,18 +18,21 @@ def _is_write(mode, flags) -> bool:
     return isinstance(flags, int) and bool(flags & WRITE_FLAGS)
 
 
-def install(state: RankState) -> None:
-    workdir = os.path.realpath(state.workdir) + os.sep
-    seen = set()
+class FilesProbe(Probe):
+    def __init__(self, state: RankState):
+        super().__init__(state)
+        self.workdir = os.path.realpath(state.workdir) + os.sep
+        self.seen: set[str] = set()
 
-    def hook(event, args):
+    def install(self) -> None:
+        sys.addaudithook(self.hook)
+
+    def hook(self, event, args) -> None:
         if event != "open" or not args or not isinstance(args[0], (str, bytes, os.PathLike)):
             return
         if not _is_write(args[1] if len(args) > 1 else None, args[2] if len(args) > 2 else None):
             return
         path = os.path.realpath(os.fsdecode(args[0]))
-        if path.startswith(workdir) and path not in seen:
-            seen.add(path)
-            state.record("file_written", path=path)
-
-    sys.addaudithook(hook)
+        if path.startswith(self.workdir) and path not in self.seen:
+            self.seen.add(path)
+            self.state.record("file_written", path=path)

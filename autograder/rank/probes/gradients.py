@@ -18,72 +18,69 @@ import torch.distributed.distributed_c10d as c10d
 from torch.optim import Optimizer
 
 from . import fingerprint
-from .state import RankState, wraps
+from .state import Probe, RankState, wraps
 
 
-def install(state: RankState) -> None:
-    marks = state.extras["sync_marks"] = {"ddp": False, "reduced": []}
-    local = state.extras["local_gradients"] = {}  # id(parameter) -> its gradient, until the first step
-    hooks = state.extras["local_gradient_hooks"] = []
+class GradientsProbe(Probe):
+    def __init__(self, state: RankState):
+        super().__init__(state)
+        self.reduced: list[tuple[int, int]] = []  # (data pointer, size) of each all_reduce since the last step
+        self.local: dict[int, torch.Tensor] = {}  # id(parameter) -> its own gradient, until the first step
+        self.hooks: list = []
 
-    def keep_local(parameter, grad):
-        if state.steps == 0:
+    def install(self) -> None:
+        probe, state = self, self.state
+        original_init = Optimizer.__init__
+
+        @wraps(original_init)
+        def __init__(self, params, *args, **kwargs):
+            original_init(self, params, *args, **kwargs)
+            if state.steps == 0:
+                for group in self.param_groups:
+                    for p in group["params"]:
+                        if p.requires_grad:
+                            probe.hooks.append(p.register_hook(functools.partial(probe.keep_local, p)))
+
+        original_all_reduce = dist.all_reduce
+
+        @wraps(original_all_reduce)
+        def all_reduce(tensor, *args, **kwargs):
+            if isinstance(tensor, torch.Tensor) and len(probe.reduced) < 10_000:
+                probe.reduced.append((tensor.data_ptr(), tensor.numel()))
+            return original_all_reduce(tensor, *args, **kwargs)
+
+        Optimizer.__init__ = __init__
+        for module in (dist, c10d):
+            module.all_reduce = all_reduce
+
+    def keep_local(self, parameter, grad) -> None:
+        if self.state.steps == 0:
             key = id(parameter)
-            local[key] = grad.detach().clone() if key not in local else local[key] + grad.detach()
+            self.local[key] = grad.detach().clone() if key not in self.local else self.local[key] + grad.detach()
 
-    original_init = Optimizer.__init__
+    def step_sync(self, params) -> str | None:
+        """How the gradients of the step about to be taken were synchronised:
+        "ddp", "all_reduce" or None. Clears the marks for the next step."""
+        if self.state.ddp_forward_ready:
+            how = "ddp"
+        else:
+            how = "all_reduce" if self.reduced and _reduced_a_gradient(self.reduced, params) else None
+        self.state.ddp_forward_ready, self.reduced = False, []
+        return how
 
-    @wraps(original_init)
-    def __init__(self, params, *args, **kwargs):
-        original_init(self, params, *args, **kwargs)
-        if state.steps == 0:
-            for group in self.param_groups:
-                for p in group["params"]:
-                    if p.requires_grad:
-                        hooks.append(p.register_hook(functools.partial(keep_local, p)))
-
-    original_all_reduce = dist.all_reduce
-
-    @wraps(original_all_reduce)
-    def all_reduce(tensor, *args, **kwargs):
-        if isinstance(tensor, torch.Tensor) and len(marks["reduced"]) < 10_000:
-            marks["reduced"].append((tensor.data_ptr(), tensor.numel()))
-        return original_all_reduce(tensor, *args, **kwargs)
-
-    Optimizer.__init__ = __init__
-    for module in (dist, c10d):
-        module.all_reduce = all_reduce
+    def first_step_gradients(self, params) -> tuple[list[float], list[float]]:
+        """(this rank's own gradient, the applied gradient) as fingerprints. Stops keeping local gradients."""
+        own = [self.local.get(id(p), torch.zeros_like(p)) for p in params]
+        applied = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        for hook in self.hooks:
+            hook.remove()
+        self.hooks.clear()
+        self.local.clear()
+        return fingerprint.parameters(own), fingerprint.parameters(applied)
 
 
-def mark_ddp_forward(state: RankState, ddp_model) -> None:
-    """Called by the DDP probe before each DDP forward."""
-    if torch.is_grad_enabled() and getattr(ddp_model, "require_backward_grad_sync", True):
-        state.extras["sync_marks"]["ddp"] = True
-
-
-def step_sync(state: RankState, params) -> str | None:
-    """How the gradients of the step about to be taken were synchronised:
-    "ddp", "all_reduce" or None. Clears the marks for the next step."""
-    marks = state.extras["sync_marks"]
-    how = "ddp" if marks["ddp"] else "all_reduce" if marks["reduced"] and _reduced_a_gradient(marks, params) else None
-    marks["ddp"], marks["reduced"] = False, []
-    return how
-
-
-def _reduced_a_gradient(marks: dict, params) -> bool:
+def _reduced_a_gradient(reduced: list[tuple[int, int]], params) -> bool:
     grads = [p.grad for p in params if p.grad is not None]
     pointers = {g.data_ptr() for g in grads}
     sizes = {g.numel() for g in grads} | {sum(g.numel() for g in grads)}  # one gradient, or all flattened
-    return any(pointer in pointers or size in sizes for pointer, size in marks["reduced"])
-
-
-def first_step_gradients(state: RankState, params) -> tuple[list[float], list[float]]:
-    """(this rank's own gradient, the applied gradient) as fingerprints. Stops keeping local gradients."""
-    local = state.extras["local_gradients"]
-    own = [local.get(id(p), torch.zeros_like(p)) for p in params]
-    applied = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    for hook in state.extras["local_gradient_hooks"]:
-        hook.remove()
-    state.extras["local_gradient_hooks"].clear()
-    local.clear()
-    return fingerprint.parameters(own), fingerprint.parameters(applied)
+    return any(pointer in pointers or size in sizes for pointer, size in reduced)

@@ -12,13 +12,14 @@ it was fed that no such DataLoader produced (`model_inputs`, at the end).
 """
 
 import collections
+from dataclasses import dataclass, field
 
 import torch
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _MultiProcessingDataLoaderIter
 from torch.utils.data.distributed import DistributedSampler
 
-from .state import RankState
+from .state import Probe, RankState
 
 MAX_WAITING_ROWS = 500_000  # loaded, not yet fed: beyond this, rows are not tracked (memory)
 _weights: dict[tuple[int, str], torch.Tensor] = {}
@@ -60,26 +61,76 @@ def _sampler_of(loader):
     return getattr(getattr(loader, "batch_sampler", None), "sampler", None) or getattr(loader, "sampler", None)
 
 
-def install(state: RankState) -> None:
-    unrecorded = state.extras["fed_passes"] = []  # passes with a DistributedSampler, not yet recorded
-    counts = state.extras["fed_counts"] = {"plain_rows": 0, "unmatched_rows": 0, "rows": 0}
-    # row key -> (the DataLoader pass it came from, dataset index): loaded, not yet fed
-    waiting: dict[int, collections.deque] = {}
-    fed_keys: set[int] = set()
+@dataclass(eq=False)
+class LoaderPass:
+    """One pass over a DataLoader: its epoch entry (None without a
+    DistributedSampler), the indices of the batches it is about to yield,
+    and the keys of the rows it yielded."""
 
-    original_init, original_reset, original_next_index, original_next = (
-        _BaseDataLoaderIter.__init__,
-        _MultiProcessingDataLoaderIter._reset,
-        _BaseDataLoaderIter._next_index,
-        _BaseDataLoaderIter.__next__,
-    )
+    entry: dict | None
+    batches: collections.deque = field(default_factory=collections.deque)
+    keys: list = field(default_factory=list)
 
-    def start_epoch(iterator, loader):
+
+class InputsProbe(Probe):
+    def __init__(self, state: RankState):
+        super().__init__(state)
+        self.unrecorded: list[dict] = []  # passes with a DistributedSampler, not yet recorded
+        self.counts = {"plain_rows": 0, "unmatched_rows": 0, "rows": 0}
+        # row key -> (the pass it came from, dataset index): loaded, not yet fed
+        self.waiting: dict[int, collections.deque] = {}
+        self.fed_keys: set[int] = set()
+        self.depth = 0  # modules being called: only the outermost module's input is what the model was fed
+
+    def install(self) -> None:
+        self._wrap_loader_iterators()
+        register_module_forward_pre_hook(self._before_forward)
+        register_module_forward_hook(self._after_forward, always_call=True)
+
+    def _wrap_loader_iterators(self) -> None:
+        probe, guarded = self, self.state.guarded
+        original_init, original_reset = _BaseDataLoaderIter.__init__, _MultiProcessingDataLoaderIter._reset
+        original_next_index, original_next = _BaseDataLoaderIter._next_index, _BaseDataLoaderIter.__next__
+
+        def __init__(self, loader, *args, **kwargs):
+            original_init(self, loader, *args, **kwargs)
+            guarded(probe.start_pass, self, loader)
+
+        def _reset(self, loader, first_iter=False):
+            if not first_iter:  # a DataLoader with persistent workers starts another pass
+                guarded(probe.start_pass, self, loader)
+            original_reset(self, loader, first_iter)
+
+        def _next_index(self):
+            indices = original_next_index(self)
+            loader_pass = getattr(self, "_grader_pass", None)
+            if loader_pass is not None:
+                loader_pass.batches.append(indices)
+            return indices
+
+        def __next__(self):
+            loader_pass = getattr(self, "_grader_pass", None)
+            try:
+                batch = original_next(self)
+            except StopIteration:
+                if loader_pass is not None:
+                    guarded(probe.end_pass, loader_pass)
+                raise
+            if loader_pass is not None:
+                guarded(probe.remember, loader_pass, batch)
+            return batch
+
+        _BaseDataLoaderIter.__init__ = __init__
+        _MultiProcessingDataLoaderIter._reset = _reset
+        _BaseDataLoaderIter._next_index = _next_index
+        _BaseDataLoaderIter.__next__ = __next__
+
+    def start_pass(self, iterator, loader) -> None:
         sampler = _sampler_of(loader)
         entry = None
         if isinstance(sampler, DistributedSampler):
             # A pass left unfinished (a loop that breaks) ends where the next one over its sampler begins.
-            record_passes(state, getattr(sampler, "_grader_id", -1))
+            self.record_passes(getattr(sampler, "_grader_id", -1))
             entry = {
                 "sampler": getattr(sampler, "_grader_id", -1),
                 "epoch": int(sampler.epoch),
@@ -88,30 +139,12 @@ def install(state: RankState) -> None:
                 "batch_size": loader.batch_size,
                 "drop_last": bool(loader.drop_last),
             }
-            unrecorded.append(entry)
-        # One pass over the DataLoader: its epoch entry (None without a
-        # DistributedSampler), the indices of the batches it is about to
-        # yield, and the keys of the rows it yielded.
-        iterator._grader_pass = {"entry": entry, "batches": collections.deque(), "keys": []}
+            self.unrecorded.append(entry)
+        iterator._grader_pass = LoaderPass(entry)
 
-    def __init__(self, loader, *args, **kwargs):
-        original_init(self, loader, *args, **kwargs)
-        state.guarded(start_epoch, self, loader)
-
-    def _reset(self, loader, first_iter=False):
-        if not first_iter:  # a DataLoader with persistent workers starts another pass
-            state.guarded(start_epoch, self, loader)
-        original_reset(self, loader, first_iter)
-
-    def _next_index(self):
-        indices = original_next_index(self)
-        loader_pass = getattr(self, "_grader_pass", None)
-        if loader_pass is not None:
-            loader_pass["batches"].append(indices)
-        return indices
-
-    def remember(loader_pass, batch):
-        indices = loader_pass["batches"].popleft() if loader_pass["batches"] else None
+    def remember(self, loader_pass: LoaderPass, batch) -> None:
+        """Tie the rows of a batch the DataLoader yielded to their dataset indices."""
+        indices = loader_pass.batches.popleft() if loader_pass.batches else None
         rows = _batch_rows(batch)
         if rows is None or not isinstance(indices, list) or len(indices) != rows.shape[0]:
             return
@@ -119,88 +152,63 @@ def install(state: RankState) -> None:
             indices = [int(i) for i in indices]
         except (TypeError, ValueError):  # an iterable dataset's batches have no indices
             return
-        if len(waiting) > MAX_WAITING_ROWS:
+        if len(self.waiting) > MAX_WAITING_ROWS:
             return
         keys = row_keys(rows)
-        loader_pass["keys"].extend(keys)
+        loader_pass.keys.extend(keys)
         for key, index in zip(keys, indices, strict=True):
-            waiting.setdefault(key, collections.deque()).append((loader_pass, index))
+            self.waiting.setdefault(key, collections.deque()).append((loader_pass, index))
 
-    def forget(loader_pass):
+    def end_pass(self, loader_pass: LoaderPass) -> None:
         """The pass is over, and a loop feeds each batch before it asks for the
         next: what it loaded and the model was not fed never will be."""
-        for key in loader_pass["keys"]:
-            queue = waiting.get(key)
+        for key in loader_pass.keys:
+            queue = self.waiting.get(key)
             if queue:
                 kept = collections.deque(item for item in queue if item[0] is not loader_pass)
                 if kept:
-                    waiting[key] = kept
+                    self.waiting[key] = kept
                 else:
-                    del waiting[key]
-        loader_pass["keys"].clear()
+                    del self.waiting[key]
+        loader_pass.keys.clear()
+        if loader_pass.entry is not None:
+            loader_pass.entry["finished"] = True
+            self.record_passes(loader_pass.entry["sampler"])
 
-    def __next__(self):
-        loader_pass = getattr(self, "_grader_pass", None)
-        try:
-            batch = original_next(self)
-        except StopIteration:
-            if loader_pass is not None:
-                state.guarded(forget, loader_pass)
-                if loader_pass["entry"] is not None:
-                    loader_pass["entry"]["finished"] = True
-                    state.guarded(record_passes, state, loader_pass["entry"]["sampler"])
-            raise
-        if loader_pass is not None:
-            state.guarded(remember, loader_pass, batch)
-        return batch
+    def _before_forward(self, module, args) -> None:
+        self.depth += 1
+        if self.depth == 1 and module.training and torch.is_grad_enabled():
+            rows = _batch_rows(args)
+            if rows is not None and next(module.parameters(), None) is not None:
+                self.state.guarded(self.feed, rows)
 
-    _BaseDataLoaderIter.__init__ = __init__
-    _MultiProcessingDataLoaderIter._reset = _reset
-    _BaseDataLoaderIter._next_index = _next_index
-    _BaseDataLoaderIter.__next__ = __next__
+    def _after_forward(self, _module, _args, _output) -> None:
+        self.depth -= 1
 
-    def feed(rows: torch.Tensor) -> None:
+    def feed(self, rows: torch.Tensor) -> None:
+        """The rows of a training forward's input: by their keys, the indices they came from."""
         for key in row_keys(rows):
-            counts["rows"] += 1
-            queue = waiting.get(key)
+            self.counts["rows"] += 1
+            queue = self.waiting.get(key)
             if queue:
                 loader_pass, index = queue.popleft()
                 if not queue:
-                    del waiting[key]
-                fed_keys.add(key)
-                entry = loader_pass["entry"]
-                if entry is None:
-                    counts["plain_rows"] += 1
+                    del self.waiting[key]
+                self.fed_keys.add(key)
+                if loader_pass.entry is None:
+                    self.counts["plain_rows"] += 1
                 else:
-                    entry["indices"].append(index)
-            elif key not in fed_keys:  # a row fed again (a second forward on a batch) is not a new row
-                counts["unmatched_rows"] += 1
+                    loader_pass.entry["indices"].append(index)
+            elif key not in self.fed_keys:  # a row fed again (a second forward on a batch) is not a new row
+                self.counts["unmatched_rows"] += 1
 
-    depth = [0]
+    def record_passes(self, sampler: int | None = None) -> None:
+        """Record the passes not yet recorded: those over one sampler, or all."""
+        for entry in self.unrecorded:
+            if sampler is None or entry["sampler"] == sampler:
+                self.state.record("model_fed", **entry)
+        self.unrecorded[:] = [e for e in self.unrecorded if sampler is not None and e["sampler"] != sampler]
 
-    def before_forward(module, args):
-        depth[0] += 1
-        if depth[0] == 1 and module.training and torch.is_grad_enabled():
-            rows = _batch_rows(args)
-            if rows is not None and next(module.parameters(), None) is not None:
-                state.guarded(feed, rows)
-
-    def after_forward(_module, _args, _output):
-        depth[0] -= 1
-
-    register_module_forward_pre_hook(before_forward)
-    register_module_forward_hook(after_forward, always_call=True)
-
-
-def record_passes(state: RankState, sampler: int | None = None) -> None:
-    """Record the passes not yet recorded: those over one sampler, or all."""
-    passes = state.extras["fed_passes"]
-    for entry in passes:
-        if sampler is None or entry["sampler"] == sampler:
-            state.record("model_fed", **entry)
-    passes[:] = [e for e in passes if sampler is not None and e["sampler"] != sampler]
-
-
-def finish(state: RankState) -> None:
-    record_passes(state)
-    state.record("model_inputs", **state.extras["fed_counts"])
+    def finish(self) -> None:
+        self.record_passes()
+        self.state.record("model_inputs", **self.counts)

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from .state import RankState, StudentError, wraps
+from .state import Probe, RankState, StudentError, wraps
 
 
 def _backend_names(backend) -> set[str]:
@@ -82,21 +82,46 @@ def _attempt_store(asked: dict):
     return dist.PrefixStore(f"/worker/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", agent_store)
 
 
-def install(state: RankState) -> None:
-    original_init = dist.init_process_group
-    signature = inspect.signature(original_init)
-    set_device_calls = state.extras.setdefault("set_device_calls", [])
+class ProcessGroupProbe(Probe):
+    def __init__(self, state: RankState):
+        super().__init__(state)
+        self.set_device_calls: list[str] = []
+        self.original_destroy = dist.destroy_process_group  # to tidy up after a student who did not
 
-    @wraps(original_init)
-    def init_process_group(*args, **kwargs):
-        bound = signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        asked = bound.arguments
-        state.record(
-            "init_process_group",
-            backend=asked["backend"],
-            set_device_calls=list(set_device_calls),
-        )
+    def install(self) -> None:
+        probe, state = self, self.state
+        original_init, original_destroy = dist.init_process_group, self.original_destroy
+        signature = inspect.signature(original_init)
+
+        @wraps(original_init)
+        def init_process_group(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            probe.init(original_init, bound.arguments, args, kwargs)
+
+        @wraps(original_destroy)
+        def destroy_process_group(*args, **kwargs):
+            group = args[0] if args else kwargs.get("group")
+            state.record("destroy_process_group", default_group=group is None or group is c10d.GroupMember.WORLD)
+            return original_destroy(*args, **kwargs)
+
+        original_set_device = torch.cuda.set_device
+
+        @wraps(original_set_device)
+        def set_device(device):
+            probe.set_device_calls.append(str(device))
+            return original_set_device(device)
+
+        for module in (dist, c10d):
+            module.init_process_group = init_process_group
+            module.destroy_process_group = destroy_process_group
+        torch.cuda.set_device = set_device
+
+    def init(self, original_init, asked: dict, args, kwargs) -> None:
+        """The student's init_process_group: refused at once if it cannot work
+        here, else built on the grader's rendezvous (torchrun's, under torchrun)."""
+        state = self.state
+        state.record("init_process_group", backend=asked["backend"], set_device_calls=list(self.set_device_calls))
         try:
             _refuse_impossible(state, asked["backend"], asked["world_size"], asked["rank"])
         except StudentError as refusal:
@@ -122,29 +147,8 @@ def install(state: RankState) -> None:
             )
         state.record("process_group_ready", backend=dist.get_backend())
 
-    original_destroy = state.extras["destroy_process_group"] = dist.destroy_process_group
-
-    @wraps(original_destroy)
-    def destroy_process_group(*args, **kwargs):
-        group = args[0] if args else kwargs.get("group")
-        state.record("destroy_process_group", default_group=group is None or group is c10d.GroupMember.WORLD)
-        return original_destroy(*args, **kwargs)
-
-    original_set_device = torch.cuda.set_device
-
-    @wraps(original_set_device)
-    def set_device(device):
-        set_device_calls.append(str(device))
-        return original_set_device(device)
-
-    for module in (dist, c10d):
-        module.init_process_group = init_process_group
-        module.destroy_process_group = destroy_process_group
-    torch.cuda.set_device = set_device
-
-
-def finish(state: RankState) -> None:
-    still_up = dist.is_initialized()
-    state.record("rank_end", process_group_still_initialized=still_up)
-    if still_up:  # tidy up for the student so the rank can exit cleanly
-        state.extras["destroy_process_group"]()
+    def finish(self) -> None:
+        still_up = dist.is_initialized()
+        self.state.record("rank_end", process_group_still_initialized=still_up)
+        if still_up:  # tidy up for the student so the rank can exit cleanly
+            self.original_destroy()

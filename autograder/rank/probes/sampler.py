@@ -11,7 +11,7 @@ from torch.utils.data import RandomSampler, SequentialSampler
 from torch.utils.data.distributed import DistributedSampler
 
 from . import fingerprint
-from .state import RankState, wraps
+from .state import Probe, RankState, wraps
 
 SAMPLED_ITEMS = 32
 
@@ -57,40 +57,43 @@ def _dataset_fingerprint(dataset):
     return {"length": length, "content": _whole_content(dataset), "items": items, "unstable_items": unstable}
 
 
-def install(state: RankState) -> None:
-    original_init = DistributedSampler.__init__
-    original_iter = DistributedSampler.__iter__
-    counter = iter(range(10**9))
+class SamplerProbe(Probe):
+    def __init__(self, state: RankState):
+        super().__init__(state)
+        self.numbers = iter(range(10**9))  # each DistributedSampler's number, in the order they were made
 
-    @wraps(original_init)
-    def __init__(self, *args, **kwargs):
-        original_init(self, *args, **kwargs)
-        self._grader_id = next(counter)
-        state.record(
-            "sampler",
-            sampler=self._grader_id,
-            num_replicas=self.num_replicas,
-            rank=self.rank,
-            shuffle=self.shuffle,
-            drop_last=self.drop_last,
-            dataset=state.guarded(_dataset_fingerprint, self.dataset),
-        )
+    def install(self) -> None:
+        probe, state = self, self.state
+        original_init = DistributedSampler.__init__
 
-    DistributedSampler.__iter__ = _recording_iter(
-        state,
-        original_iter,
-        "sampler_epoch",
-        lambda sampler: {"sampler": getattr(sampler, "_grader_id", -1), "epoch": sampler.epoch},
-    )
-    for plain in (RandomSampler, SequentialSampler):
-        plain.__iter__ = _recording_iter(
+        @wraps(original_init)
+        def __init__(self, *args, **kwargs):
+            original_init(self, *args, **kwargs)
+            self._grader_id = next(probe.numbers)
+            state.record(
+                "sampler",
+                sampler=self._grader_id,
+                num_replicas=self.num_replicas,
+                rank=self.rank,
+                shuffle=self.shuffle,
+                drop_last=self.drop_last,
+                dataset=state.guarded(_dataset_fingerprint, self.dataset),
+            )
+
+        DistributedSampler.__iter__ = _recording_iter(
             state,
-            plain.__iter__,
-            "plain_sampler_epoch",
-            lambda sampler: {"sampler_type": type(sampler).__name__, "length": len(sampler.data_source)},
+            DistributedSampler.__iter__,
+            "sampler_epoch",
+            lambda sampler: {"sampler": getattr(sampler, "_grader_id", -1), "epoch": sampler.epoch},
         )
-
-    DistributedSampler.__init__ = __init__
+        for plain in (RandomSampler, SequentialSampler):
+            plain.__iter__ = _recording_iter(
+                state,
+                plain.__iter__,
+                "plain_sampler_epoch",
+                lambda sampler: {"sampler_type": type(sampler).__name__, "length": len(sampler.data_source)},
+            )
+        DistributedSampler.__init__ = __init__
 
 
 def _recording_iter(state: RankState, original_iter, kind: str, describe):
@@ -104,7 +107,7 @@ def _recording_iter(state: RankState, original_iter, kind: str, describe):
                 consumed.append(int(index))
                 yield index
             finished = True
-            state.extras["passes_finished"] = state.extras.get("passes_finished", 0) + 1
+            state.passes_finished += 1
         finally:
             state.record(kind, indices=consumed, finished=finished, **facts)
 

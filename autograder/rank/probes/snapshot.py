@@ -16,8 +16,8 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from ...model_state import find_model_state
 from . import fingerprint
-from .checkpoint import plain_model_for
-from .state import RankState, wraps
+from .checkpoint import CheckpointProbe
+from .state import Probe, RankState, wraps
 
 MAX_SUMMARISED = 50  # snapshots summarised per worker: far more than a run's epochs
 
@@ -39,18 +39,6 @@ def _epoch(obj) -> int | None:
     return None
 
 
-def _loads_strictly(state: RankState, model_state) -> str:
-    """'' when the model state loads into the plain model with strict=True; else why not."""
-    model = plain_model_for(state, model_state)
-    if model is None:
-        return "no model was found to load it into"
-    try:
-        copy.deepcopy(model).load_state_dict(model_state, strict=True)
-    except Exception as error:  # the error names the missing or unexpected keys
-        return str(error).splitlines()[0][:500]
-    return ""
-
-
 def summary(obj) -> dict:
     model_state, optimizer = find_model_state(obj), _optimizer_state(obj)
     return {
@@ -59,56 +47,72 @@ def summary(obj) -> dict:
     }
 
 
-def _summarise_save(state: RankState, target: str | None, load) -> None:
-    if target is None or not os.path.exists(target):
+class SnapshotProbe(Probe):
+    def __init__(self, state: RankState, checkpoint: CheckpointProbe):
+        super().__init__(state)
+        self.checkpoint = checkpoint  # knows which plain model a saved state belongs to
+        self.summarised = 0
+        self.resumed = False  # the optimizer's state at the first step is recorded
+
+    def install(self) -> None:
+        if self.state.launcher != "torchrun":
+            return
+        probe, state = self, self.state
+        original_save, original_load = torch.save, torch.load
+
+        @wraps(original_save)
+        def save(obj, f, *args, **kwargs):
+            result = original_save(obj, f, *args, **kwargs)
+            if probe.summarised < MAX_SUMMARISED:
+                probe.summarised += 1
+                target = os.path.realpath(os.fspath(f)) if isinstance(f, (str, os.PathLike)) else None
+                state.guarded(probe.summarise_save, target, original_load)
+            return result
+
+        @wraps(original_load)
+        def load(f, *args, **kwargs):
+            obj = original_load(f, *args, **kwargs)
+            state.guarded(lambda: state.record("snapshot_loaded", **summary(obj)))
+            return obj
+
+        torch.save = torch.serialization.save = save
+        torch.load = torch.serialization.load = load
+        register_optimizer_step_pre_hook(lambda *a: state.guarded(self.before_first_step, *a))
+
+    def summarise_save(self, target: str | None, load) -> None:
+        state = self.state
+        if target is None or not os.path.exists(target):
+            state.record(
+                "snapshot_saved",
+                path=target,
+                passes_finished=state.passes_finished,
+                load_problem="it was saved to a file object, or the file was gone right after torch.save",
+            )
+            return
+        on_disk = load(target, map_location="cpu", weights_only=False)
+        model_state = find_model_state(on_disk)
         state.record(
             "snapshot_saved",
             path=target,
-            passes_finished=state.extras.get("passes_finished", 0),
-            load_problem="it was saved to a file object, or the file was gone right after torch.save",
+            passes_finished=state.passes_finished,
+            epoch=_epoch(on_disk),
+            load_problem=self.loads_strictly(model_state) if model_state is not None else "no model state",
+            **summary(on_disk),
         )
-        return
-    on_disk = load(target, map_location="cpu", weights_only=False)
-    model_state = find_model_state(on_disk)
-    state.record(
-        "snapshot_saved",
-        path=target,
-        passes_finished=state.extras.get("passes_finished", 0),
-        epoch=_epoch(on_disk),
-        load_problem=_loads_strictly(state, model_state) if model_state is not None else "no model state",
-        **summary(on_disk),
-    )
 
+    def loads_strictly(self, model_state) -> str:
+        """'' when the model state loads into the plain model with strict=True; else why not."""
+        model = self.checkpoint.plain_model_for(model_state)
+        if model is None:
+            return "no model was found to load it into"
+        try:
+            copy.deepcopy(model).load_state_dict(model_state, strict=True)
+        except Exception as error:  # the error names the missing or unexpected keys
+            return str(error).splitlines()[0][:500]
+        return ""
 
-def install(state: RankState) -> None:
-    if state.launcher != "torchrun":
-        return
-    saved = [0]
-    original_save, original_load = torch.save, torch.load
-
-    @wraps(original_save)
-    def save(obj, f, *args, **kwargs):
-        result = original_save(obj, f, *args, **kwargs)
-        if saved[0] < MAX_SUMMARISED:
-            saved[0] += 1
-            target = os.path.realpath(os.fspath(f)) if isinstance(f, (str, os.PathLike)) else None
-            state.guarded(_summarise_save, state, target, original_load)
-        return result
-
-    @wraps(original_load)
-    def load(f, *args, **kwargs):
-        obj = original_load(f, *args, **kwargs)
-        state.guarded(lambda: state.record("snapshot_loaded", **summary(obj)))
-        return obj
-
-    first = [True]
-
-    def before_first_step(optimizer, _args, _kwargs):
-        if first[0]:
-            first[0] = False
+    def before_first_step(self, optimizer, _args, _kwargs) -> None:
+        if not self.resumed:
+            self.resumed = True
             live = optimizer.state_dict()["state"]
-            state.record("optimizer_at_start", state=fingerprint.content(live) if live else None)
-
-    torch.save = torch.serialization.save = save
-    torch.load = torch.serialization.load = load
-    register_optimizer_step_pre_hook(lambda *a: state.guarded(before_first_step, *a))
+            self.state.record("optimizer_at_start", state=fingerprint.content(live) if live else None)

@@ -9,11 +9,17 @@ Under torchrun, starting ranks is torchrun's job, so a spawn is always refused.
 
 import torch.multiprocessing as mp
 
-from .state import RankState, StudentError, wraps
+from .state import Probe, StudentError, wraps
 
 
-def install(state: RankState) -> None:
-    def guard(original):
+class SpawnGuardProbe(Probe):
+    def install(self) -> None:
+        mp.spawn = self.guard(mp.spawn)
+        mp.start_processes = self.guard(mp.start_processes)
+
+    def guard(self, original):
+        state = self.state
+
         @wraps(original)
         def refuse(*args, **kwargs):
             if state.launcher == "torchrun":
@@ -32,6 +38,3 @@ def install(state: RankState) -> None:
             )
 
         return refuse
-
-    mp.spawn = guard(mp.spawn)
-    mp.start_processes = guard(mp.start_processes)

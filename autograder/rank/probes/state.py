@@ -1,4 +1,5 @@
-"""What the probes of one rank share: who this rank is, and where facts go."""
+"""What the probes of one rank share: who this rank is, where facts go, and
+the facts that one probe finds and another reads."""
 
 from __future__ import annotations
 
@@ -48,9 +49,14 @@ class RankState:
     is_notebook: bool
     role: str = "rank"  # "rank", "started" (by the student's own launcher), or "worker<attempt>@<node>" (torchrun's)
     launcher: str = "mp"  # who started the rank: "mp" (the grader calls main) or "torchrun" (the file runs as a script)
-    steps: int = 0
-    # Filled in by the probes as the run goes on.
-    extras: dict = field(default_factory=dict)
+    steps: int = 0  # steps of the optimizer that is judged (training.py)
+    # Found by one probe and read by others, as the run goes on:
+    # every module DDP wrapped, held after main has returned (ddp.py; read by training.py and checkpoint.py)
+    ddp_modules: list = field(default_factory=list)
+    # a DDP forward in training readied the reducer for the next backward (ddp.py; read by gradients.py)
+    ddp_forward_ready: bool = False
+    # passes over a sampler that ran to their end (sampler.py; read by snapshot.py and torchrun_worker.py)
+    passes_finished: int = 0
 
     def __post_init__(self):
         self._socket = None
@@ -82,3 +88,19 @@ class RankState:
     def close(self) -> None:
         if self._socket is not None:
             self._socket.close()
+
+
+class Probe:
+    """One probe of a rank: install() wraps its piece of torch once, before
+    the student's code runs; finish() records what is only known at the end.
+    What it keeps between the two is its own; what another probe reads is a
+    field of the RankState."""
+
+    def __init__(self, state: RankState):
+        self.state = state
+
+    def install(self) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """Most probes record as the run goes: nothing is left for the end."""

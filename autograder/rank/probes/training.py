@@ -5,8 +5,9 @@ step's gradients were synchronised (gradients.py)."""
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from . import ddp, fingerprint, gradients
-from .state import RankState
+from . import ddp, fingerprint
+from .gradients import GradientsProbe
+from .state import Probe, RankState
 
 MAX_LOSSES = 5000
 
@@ -20,63 +21,64 @@ def _params(optimizer):
     return [p for group in optimizer.param_groups for p in group["params"]]
 
 
-def install(state: RankState) -> None:
-    losses = state.extras.setdefault("losses", [])
-    # The first optimizer that steps is the one judged. Its parameters are
-    # held here so they can be read after main has returned.
-    trained = state.extras.setdefault("trained", {})
-    synced = state.extras["synced_steps"] = {"ddp": 0, "all_reduce": 0}
+class TrainingProbe(Probe):
+    def __init__(self, state: RankState, gradients: GradientsProbe):
+        super().__init__(state)
+        self.gradients = gradients
+        self.losses: list[tuple[int, float]] = []
+        # The first optimizer that steps is the one judged. Its parameters are
+        # held here so they can be read after main has returned.
+        self.optimizer_id: int | None = None
+        self.params: list = []
+        self.synced_steps = {"ddp": 0, "all_reduce": 0}
 
-    def before_step(optimizer, _args, _kwargs):
-        if "optimizer_id" not in trained:
-            trained["optimizer_id"] = id(optimizer)
-            trained["params"] = params = _params(optimizer)
-            wrapped = ddp.wrapped_parameter_ids(state)
-            own, applied = gradients.first_step_gradients(state, params)
-            state.record(
+    def install(self) -> None:
+        guarded = self.state.guarded
+        register_optimizer_step_pre_hook(lambda *a: guarded(self.before_step, *a))
+        register_optimizer_step_post_hook(lambda *a: guarded(self.after_step, *a))
+        original_backward, losses, state = torch.Tensor.backward, self.losses, self.state
+
+        def backward(self, *args, **kwargs):
+            if self.numel() == 1 and len(losses) < MAX_LOSSES:
+                losses.append((state.steps, float(self.detach())))
+            return original_backward(self, *args, **kwargs)
+
+        torch.Tensor.backward = backward
+
+    def before_step(self, optimizer, _args, _kwargs) -> None:
+        if self.optimizer_id is None:
+            self.optimizer_id, self.params = id(optimizer), _params(optimizer)
+            wrapped = ddp.wrapped_parameter_ids(self.state)
+            own, applied = self.gradients.first_step_gradients(self.params)
+            self.state.record(
                 "first_step",
-                parameters=len(params),
-                parameters_in_ddp=sum(id(p) in wrapped for p in params),
-                fingerprint=fingerprint.parameters(params),
+                parameters=len(self.params),
+                parameters_in_ddp=sum(id(p) in wrapped for p in self.params),
+                fingerprint=fingerprint.parameters(self.params),
                 local_gradient=own,
                 applied_gradient=applied,
             )
-        if trained["optimizer_id"] == id(optimizer):
-            how = gradients.step_sync(state, trained["params"])
+        if self.optimizer_id == id(optimizer):
+            how = self.gradients.step_sync(self.params)
             if how:
-                synced[how] += 1
+                self.synced_steps[how] += 1
 
-    def after_step(optimizer, _args, _kwargs):
-        if trained.get("optimizer_id") != id(optimizer):
+    def after_step(self, optimizer, _args, _kwargs) -> None:
+        if self.optimizer_id != id(optimizer):
             return
-        state.steps += 1
-        if _is_snapshot_step(state.steps):
-            state.record("snapshot", fingerprint=fingerprint.parameters(trained["params"]))
+        self.state.steps += 1
+        if _is_snapshot_step(self.state.steps):
+            self.state.record("snapshot", fingerprint=fingerprint.parameters(self.params))
 
-    register_optimizer_step_pre_hook(lambda *a: state.guarded(before_step, *a))
-    register_optimizer_step_post_hook(lambda *a: state.guarded(after_step, *a))
-
-    original_backward = torch.Tensor.backward
-
-    def backward(self, *args, **kwargs):
-        if self.numel() == 1 and len(losses) < MAX_LOSSES:
-            losses.append((state.steps, float(self.detach())))
-        return original_backward(self, *args, **kwargs)
-
-    torch.Tensor.backward = backward
-
-
-def finish(state: RankState) -> None:
-    losses = state.extras.get("losses", [])
-    params = state.extras.get("trained", {}).get("params")
-    if not params and ddp.last_wrapped_module(state) is not None:  # nothing stepped: compare the DDP model
-        params = list(ddp.last_wrapped_module(state).parameters())
-    synced = state.extras.get("synced_steps", {})
-    state.record(
-        "training_end",
-        steps=state.steps,
-        losses=losses,
-        fingerprint=fingerprint.parameters(params) if params else None,
-        ddp_synced_steps=synced.get("ddp", 0),
-        allreduce_synced_steps=synced.get("all_reduce", 0),
-    )
+    def finish(self) -> None:
+        params = self.params
+        if not params and ddp.last_wrapped_module(self.state) is not None:  # nothing stepped: compare the DDP model
+            params = list(ddp.last_wrapped_module(self.state).parameters())
+        self.state.record(
+            "training_end",
+            steps=self.state.steps,
+            losses=self.losses,
+            fingerprint=fingerprint.parameters(params) if params else None,
+            ddp_synced_steps=self.synced_steps["ddp"],
+            allreduce_synced_steps=self.synced_steps["all_reduce"],
+        )
