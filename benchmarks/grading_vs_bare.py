@@ -8,12 +8,16 @@ the ratio of their medians: the machine is shared and noisy, so absolute
 seconds from different moments are not comparable, but a ratio of
 neighbours is. Since the launcher check, grading includes one run of the
 file's own launcher, which is itself the bare run (after the graded ranks).
-Run:  .venv/bin/python benchmarks/grading_vs_bare.py [--rounds N]
+With --baseline REV, the grading of an earlier revision (checked out beside
+this tree) runs in the same rounds too, so a change's cost is measured
+against the same bare runs.
+Run:  .venv/bin/python benchmarks/grading_vs_bare.py [--rounds N] [--baseline REV]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import statistics
 import subprocess
@@ -21,6 +25,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from revision import checked_out
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBMISSION = ROOT / "solutions" / "linear_regression_ddp.py"
@@ -36,32 +42,33 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("--baseline", metavar="REV", help="also time the grading of this git revision")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as folder:
-        folder = Path(folder)
+    with contextlib.ExitStack() as stack:
+        trees = {"this tree": ROOT}
+        if args.baseline:
+            trees = {args.baseline: stack.enter_context(checked_out(args.baseline)), **trees}
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         script = folder / SUBMISSION.name
         shutil.copy(SUBMISSION, script)
-        bare_command = [sys.executable, str(script)]
         grade_command = [
-            sys.executable,
-            "-m",
-            "autograder",
-            "check",
-            str(script),
-            "--exercise",
-            "linear_regression",
-            "--world-size",
-            str(args.world_size),
-            "--quiet",
-        ]
-        bare, grading = [], []
+            sys.executable, "-m", "autograder", "check", str(script), "--exercise", "linear_regression",
+            "--world-size", str(args.world_size), "--quiet",
+        ]  # fmt: skip
+        bare, grading = [], {name: [] for name in trees}
         for _ in range(args.rounds):
-            bare.append(timed(bare_command, folder))
-            grading.append(timed(grade_command, ROOT))
-    ratio = statistics.median(grading) / statistics.median(bare)
-    print(f"bare run     median {statistics.median(bare):6.2f} s   runs: {', '.join(f'{t:.2f}' for t in bare)}")
-    print(f"grading      median {statistics.median(grading):6.2f} s   runs: {', '.join(f'{t:.2f}' for t in grading)}")
-    print(f"ratio grading / bare: {ratio:.2f}   (grading = graded ranks + one bare run of the file's own launcher)")
+            bare.append(timed([sys.executable, str(script)], folder))
+            for name, tree in trees.items():
+                grading[name].append(timed(grade_command, tree))
+    show("bare run", bare)
+    for name, times in grading.items():
+        show(f"grading, {name}", times)
+        ratio = statistics.median(times) / statistics.median(bare)
+        print(f"ratio grading / bare, {name}: {ratio:.2f}   (graded ranks + one run of the file's own launcher)")
+
+
+def show(name: str, times: list[float]) -> None:
+    print(f"{name:24} median {statistics.median(times):6.2f} s   runs: {', '.join(f'{t:.2f}' for t in times)}")
 
 
 if __name__ == "__main__":

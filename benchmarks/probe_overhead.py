@@ -15,9 +15,10 @@ import argparse
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from revision import checked_out
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = {"linear_regression": "solutions/linear_regression_ddp.py", "mnist": "solutions/mnist_ddp.py"}
@@ -39,22 +40,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--exercise", choices=list(SOLUTIONS), action="append", help="default: both")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as folder:
-        baseline = Path(folder) / "baseline"
-        subprocess.run(["git", "worktree", "add", "--detach", str(baseline), args.baseline], cwd=ROOT, check=True)
-        try:
-            for exercise in args.exercise or SOLUTIONS:
-                now, before = [], []
-                for _ in range(args.rounds):
-                    before.append(graded_in(baseline, exercise))
-                    now.append(graded_in(ROOT, exercise))
-                ratio = statistics.median(now) / statistics.median(before)
-                print(
-                    f"{exercise:18} this tree {statistics.median(now):6.2f} s, {args.baseline} "
-                    f"{statistics.median(before):6.2f} s (medians of {args.rounds}): ratio {ratio:.3f}"
-                )
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(baseline)], cwd=ROOT, check=True)
+    with checked_out(args.baseline) as baseline:
+        for exercise in args.exercise or SOLUTIONS:
+            now, before = [], []
+            for _ in range(args.rounds):
+                before.append(graded_in(baseline, exercise))
+                now.append(graded_in(ROOT, exercise))
+            ratio = statistics.median(now) / statistics.median(before)
+            print(
+                f"{exercise:18} this tree {statistics.median(now):6.2f} s, {args.baseline} "
+                f"{statistics.median(before):6.2f} s (medians of {args.rounds}): ratio {ratio:.3f}"
+            )
 
 
 if __name__ == "__main__":
