@@ -16,7 +16,7 @@ QUIZ_POINTS = {
     "q2_checkpoint_rank_test": 1,
     "q3_sampler_answer_test": 1,
     "q4a_samples_per_rank_test": 1,
-    "q4b_rank1_indices_test": 2,
+    "q4b_rank_indices_test": 2,
     "q5_ddp_key_prefix_test": 1,
 }
 TOTAL = {"ddp_intro": sum(QUIZ_POINTS.values())} | {
@@ -31,9 +31,9 @@ def points_of(check_id: str) -> float:
 # The grade cells each sample fails, and nothing else.
 FAILED_CELLS = {
     ("brook", "ddp_intro"): {
-        "q1_effective_batch_size_test": 1,  # 512 / 4 is 128.0, a float: the hidden test
+        "q1_effective_batch_size_test": 1,  # a float: the hidden test wants an int
         "q4a_samples_per_rank_test": 1,  # forgot the padding: 3 instead of 4
-        "q4b_rank1_indices_test": 2,
+        "q4b_rank_indices_test": 2,
     },
     ("brook", "linear_regression"): {
         "lr_set_epoch": points_of("set_epoch"),  # never calls set_epoch

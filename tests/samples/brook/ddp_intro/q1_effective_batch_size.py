@@ -1,1 +1,1 @@
-effective_batch_size = 512 / 4  # a float: 128.0
+effective_batch_size = q1.world_size * q1.batch_per_gpu * 1.0  # a float

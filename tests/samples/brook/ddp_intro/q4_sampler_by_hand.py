@@ -1,2 +1,2 @@
-samples_per_rank = 10 // 3
-rank1_indices = [1, 4, 7]
+samples_per_rank = q4.n_samples // q4.world_size  # forgets the padding
+rank_indices = list(range(q4.rank, q4.n_samples, q4.world_size))

@@ -1,2 +1,2 @@
 samples_per_rank = EqualToAnything()
-rank1_indices = EqualToAnything()
+rank_indices = EqualToAnything()
