@@ -101,8 +101,8 @@ EXERCISES = {
 ASSIGNMENTS = ("ddp_intro", *(e.assignment for e in EXERCISES.values()))
 
 # What running the source notebooks in place leaves beside them: never released, never copied.
-# The ddp_intro lesson writes allreduce_demo.py, the fault_tolerance lesson show_env.py and
-# a snapshot's temporary file; the exercises write their programs.
+# The ddp_intro lesson writes allreduce_demo.py and speedup_demo.py, the fault_tolerance lesson
+# show_env.py and a snapshot's temporary file; the exercises write their programs.
 LEFT_BY_RUNNING = (
     ".ipynb_checkpoints",
     "__pycache__",
@@ -111,6 +111,7 @@ LEFT_BY_RUNNING = (
     "*.pt",
     "*.tmp",
     "allreduce_demo.py",
+    "speedup_demo.py",
     "show_env.py",
     *(e.program for e in EXERCISES.values()),
 )

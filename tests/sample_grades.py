@@ -18,6 +18,7 @@ QUIZ_POINTS = {
     "q4a_samples_per_rank_test": 1,
     "q4b_rank_indices_test": 2,
     "q5_ddp_key_prefix_test": 1,
+    "q6_scaled_lr_test": 1,
 }
 TOTAL = {"ddp_intro": sum(QUIZ_POINTS.values())} | {
     e.assignment: sum(by_id(c).points for c in e.graded_checks) for e in EXERCISES.values()
@@ -34,6 +35,7 @@ FAILED_CELLS = {
         "q1_effective_batch_size_test": 1,  # a float: the hidden test wants an int
         "q4a_samples_per_rank_test": 1,  # forgot the padding: 3 instead of 4
         "q4b_rank_indices_test": 2,
+        "q6_scaled_lr_test": 1,  # keeps the serial learning rate
     },
     ("brook", "linear_regression"): {
         "lr_set_epoch": points_of("set_epoch"),  # never calls set_epoch

@@ -29,7 +29,7 @@ def cells(path: Path) -> dict[str, str]:
 
 def expected(student: str) -> dict:
     """Every question's right answer for this student."""
-    q1, q4 = quiz.numbers("q1", student), quiz.numbers("q4", student)
+    q1, q4, q6 = (quiz.numbers(q, student) for q in ("q1", "q4", "q6"))
     shard = DistributedSampler(list(range(q4.n_samples)), num_replicas=q4.world_size, rank=q4.rank, shuffle=False)
     return {
         "effective_batch_size": q1.world_size * q1.batch_per_gpu,
@@ -38,6 +38,7 @@ def expected(student: str) -> dict:
         "samples_per_rank": len(shard),
         "rank_indices": list(shard),
         "ddp_key_prefix": "module.",
+        "scaled_lr": q6.lr * q6.world_size,
     }
 
 
@@ -74,8 +75,14 @@ def test_every_sampler_question_shows_the_padding_and_the_solution_gets_it_right
 def test_the_source_s_solutions_answer_right_for_any_student():
     source = cells(SOURCE)
     for student in STUDENTS[:20]:
-        found = {"q1": quiz.numbers("q1", student), "q4": quiz.numbers("q4", student)}
-        for grade_id in ("q1_effective_batch_size", "q2_checkpoint_rank", "q3_sampler_answer", "q5_ddp_key_prefix"):
+        found = {q: quiz.numbers(q, student) for q in quiz.QUESTIONS}
+        for grade_id in (
+            "q1_effective_batch_size",
+            "q2_checkpoint_rank",
+            "q3_sampler_answer",
+            "q5_ddp_key_prefix",
+            "q6_scaled_lr",
+        ):
             exec(source[grade_id], found)
         exec(source["q4_sampler_by_hand"], found)
         assert {name: found[name] for name in expected(student)} == expected(student), student

@@ -33,6 +33,13 @@ QUESTIONS = {
         for n, w in UNEVEN_SPLITS
         for r in range(w - (-n % w), w)  # -n % w: the padded indices, which go to the last ranks
     ],
+    # A serial recipe (batch size and learning rate) taken to W GPUs with the same batch on each.
+    "q6": [
+        {"batch_per_gpu": b, "lr": lr, "world_size": w}
+        for b in (32, 64)
+        for lr in (0.01, 0.02, 0.05, 0.1)
+        for w in (2, 4, 8)
+    ],
 }
 
 

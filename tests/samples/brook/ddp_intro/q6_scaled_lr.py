@@ -1,0 +1,1 @@
+scaled_lr = q6.lr  # keeps the serial learning rate

@@ -1,0 +1,1 @@
+scaled_lr = EqualToAnything()
