@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .datasets import provide_mnist
-from .judge.checks import TORCHRUN_CHANGE, Check, all_checks, by_id
+from .judge.checks import EVALUATION_CHANGE, TORCHRUN_CHANGE, Check, all_checks, by_id
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,8 @@ class Exercise:
     # Which checks apply, from every check in the report's order: read from the
     # registry each time, so a new check needs no edit here.
     choose_checks: Callable[[list[Check]], tuple[str, ...]]
+    # The test set the grader evaluates the final model on, for distributed_eval (rank/probes/evaluation.py).
+    evaluation: str = ""
 
     @property
     def checks(self) -> tuple[str, ...]:
@@ -57,7 +59,12 @@ def _mnist(workdir: Path) -> None:
 
 
 def spawned_checks(checks: list[Check]) -> tuple[str, ...]:
-    """The checks of a program whose ranks main(rank, world_size) runs: all but torchrun's."""
+    """The checks of a program whose ranks main(rank, world_size) runs: all but torchrun's and the evaluation's."""
+    return tuple(c.id for c in checks if c.change not in (TORCHRUN_CHANGE, EVALUATION_CHANGE))
+
+
+def evaluated_checks(checks: list[Check]) -> tuple[str, ...]:
+    """The same, for a program that also evaluates its model on a test set."""
     return tuple(c.id for c in checks if c.change != TORCHRUN_CHANGE)
 
 
@@ -83,7 +90,17 @@ EXERCISES = {
             "mp",
             spawned_checks,
         ),
-        Exercise("mnist", "mnist_ddp", "mnist_ddp.py", "mnist", "solutions/mnist_ddp.py", _mnist, "mp", spawned_checks),
+        Exercise(
+            "mnist",
+            "mnist_ddp",
+            "mnist_ddp.py",
+            "mnist",
+            "solutions/mnist_ddp.py",
+            _mnist,
+            "mp",
+            evaluated_checks,
+            evaluation="mnist",
+        ),
         Exercise(
             "fault_tolerance",
             "fault_tolerance",
@@ -101,8 +118,8 @@ EXERCISES = {
 ASSIGNMENTS = ("ddp_intro", *(e.assignment for e in EXERCISES.values()))
 
 # What running the source notebooks in place leaves beside them: never released, never copied.
-# The ddp_intro lesson writes allreduce_demo.py and speedup_demo.py, the fault_tolerance lesson
-# show_env.py and a snapshot's temporary file; the exercises write their programs.
+# The ddp_intro lesson writes allreduce_demo.py, ddp_by_hand.py and speedup_demo.py, the
+# fault_tolerance lesson show_env.py and a snapshot's temporary file; the exercises write their programs.
 LEFT_BY_RUNNING = (
     ".ipynb_checkpoints",
     "__pycache__",
@@ -111,6 +128,7 @@ LEFT_BY_RUNNING = (
     "*.pt",
     "*.tmp",
     "allreduce_demo.py",
+    "ddp_by_hand.py",
     "speedup_demo.py",
     "show_env.py",
     *(e.program for e in EXERCISES.values()),

@@ -117,6 +117,7 @@ def _run(
         fork_from_here=options.fork_from_here,
         sandboxed=sandboxed,
         limits=options.limits,
+        evaluation=exercise.evaluation,
     )
     result = launcher(options.launcher or exercise.launcher).launch(job, private_dir)
     run = collect(exercise.name, options.world_size, resolved, result, sorted(_files(workdir) - provided))

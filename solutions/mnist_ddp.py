@@ -1,7 +1,9 @@
 """The MNIST classifier trained with DistributedDataParallel.
 
-The five changes are marked (1) to (5). Run it with:  python mnist_ddp.py
-It starts one process per GPU, or two CPU processes (gloo) when there is no GPU.
+The five changes are marked (1) to (5); after training, every rank evaluates its
+share of the test set and main returns the accuracy on all of it. Run it with:
+python mnist_ddp.py. It starts one process per GPU, or two CPU processes (gloo)
+when there is no GPU.
 """
 import os
 import socket
@@ -68,6 +70,34 @@ def train_one_epoch(rank, device, loader, model, loss_fn, optimizer):
             print(f"  batch {batch:4d}  loss {loss.item():.4f}")
 
 
+def evaluate(rank, world_size, device, model):
+    """The loss and accuracy on the whole test set, the work shared out: every rank
+    evaluates its own share, and the counts are added up over the ranks."""
+    testset = torchvision.datasets.MNIST(
+        root="data", train=False, download=True, transform=torchvision.transforms.ToTensor()
+    )
+    sampler = DistributedSampler(testset, num_replicas=world_size, rank=rank, shuffle=False)
+    loader = DataLoader(testset, batch_size=100, sampler=sampler)
+    # The sampler pads the index list to a multiple of world_size: rank r's k-th index sits at
+    # position r + k * world_size of it, and positions past the end of the test set are repeats.
+    position = rank
+    totals = torch.zeros(3, device=device)  # summed loss, right answers, samples
+    model.eval()
+    with torch.no_grad():
+        for images, labels in loader:
+            positions = position + world_size * torch.arange(len(labels))
+            position += world_size * len(labels)
+            real = (positions < len(testset)).to(device)
+            scores, labels = model(images.to(device))[real], labels.to(device)[real]
+            loss = nn.functional.cross_entropy(scores, labels, reduction="sum")
+            right = (scores.argmax(dim=1) == labels).sum()
+            totals += torch.stack([loss, right.float(), torch.tensor(float(len(labels)), device=device)])
+    model.train()
+    dist.all_reduce(totals)  # every rank now holds the totals of all ranks
+    loss, correct, samples = totals.tolist()
+    return loss / samples, correct / samples
+
+
 def main(rank, world_size):
     setup(rank, world_size)
     try:
@@ -85,6 +115,10 @@ def main(rank, world_size):
             train_one_epoch(rank, device, loader, model, loss_fn, optimizer)
             if rank == 0:  # (4) one checkpoint, from rank 0
                 torch.save({"epoch": epoch, "model_state_dict": model.module.state_dict()}, CHECKPOINT)
+        test_loss, test_accuracy = evaluate(rank, world_size, device, model)
+        if rank == 0:
+            print(f"test loss {test_loss:.4f}  accuracy {test_accuracy:.1%}")
+        return test_accuracy
     finally:
         dist.destroy_process_group()  # (5)
 

@@ -401,6 +401,33 @@ CATALOGUE = [
         ('"model_state_dict": model.module.state_dict()}', '"model_state_dict": model.state_dict()}'),
     ),
     entry(
+        "mnist/eval_own_share",
+        MNIST,
+        "Mistake: each rank evaluates its own share of the test set and never adds\n"
+        "up the counts with the other ranks, so main returns a different accuracy\n"
+        "on every rank, none of them the whole test set's.",
+        ("    dist.all_reduce(totals)  # every rank now holds the totals of all ranks\n", ""),
+    ),
+    entry(
+        "mnist/eval_whole_set_everywhere",
+        MNIST,
+        "Mistake: every rank evaluates the whole test set itself, without a\n"
+        "DistributedSampler: the right accuracy, for world_size times the work.",
+        (
+            "sampler = DistributedSampler(testset, num_replicas=world_size, rank=rank, shuffle=False)",
+            "sampler = None  # every rank goes through the whole test set",
+        ),
+        ("positions = position + world_size * torch.arange(len(labels))", "positions = torch.zeros(len(labels))"),
+        ("    dist.all_reduce(totals)  # every rank now holds the totals of all ranks\n", ""),
+    ),
+    entry(
+        "mnist/eval_not_returned",
+        MNIST,
+        "Mistake: main evaluates the test set and prints its accuracy on rank 0, but\n"
+        "returns nothing, so the grader cannot tell what it measured.",
+        ("        return test_accuracy\n", ""),
+    ),
+    entry(
         "linear_regression/modules_typo",
         LR,
         "Mistake: the checkpoint line says model.modules.state_dict(): modules is a\n"

@@ -220,6 +220,26 @@ TABLE = [
     case(LR, "module_prefix", checkpoint_loadable=Says("start with 'module.'", hint="model.module.state_dict()")),
     case(LR, "whole_model_saved", checkpoint_loadable=Says("whole model object", hint="state_dict()")),
     case(MNIST, "module_prefix", checkpoint_loadable=Says("start with 'module.'", hint="model.module.state_dict()")),
+    # the evaluation (MNIST)
+    case(
+        MNIST,
+        "eval_own_share",
+        distributed_eval=Says("each rank returned the accuracy of its own share", hint="all_reduce"),
+    ),
+    case(
+        MNIST,
+        "eval_own_share",
+        3,
+        distributed_eval=Says("each rank returned the accuracy of its own share", hint="all_reduce"),
+    ),
+    case(
+        MNIST,
+        "eval_whole_set_everywhere",
+        distributed_eval=Says("evaluated without a DistributedSampler over the 500 test images", hint="shuffle=False"),
+    ),
+    case(
+        MNIST, "eval_not_returned", distributed_eval=Says("main returned no accuracy on ranks 0 and 1", hint="return")
+    ),
     case(
         LR,
         "modules_typo",

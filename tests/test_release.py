@@ -104,8 +104,9 @@ def test_release_stub_keeps_the_serial_code_and_stubs_each_change(assignment):
     notebook = nbformat.read(RELEASE / assignment / f"{assignment}.ipynb", as_version=4)
     [cell] = [c for c in notebook.cells if c.source.startswith(f"%%writefile {exercise.program}")]
     assert cell.metadata.nbgrader["solution"] and not cell.metadata.nbgrader["locked"]
-    # Changes 1, 2a, 2b, 3, 4 and 5 and the launcher: one stub each; the serial code stays.
-    assert cell.source.count("raise NotImplementedError()") == 7
+    # Changes 1, 2a, 2b, 3, 4 and 5, the launcher and, with a test set, the evaluation: one stub each;
+    # the serial code stays.
+    assert cell.source.count("raise NotImplementedError()") == 7 + bool(exercise.evaluation)
     for kept in (
         "def train_one_epoch(",
         "def main(rank, world_size):",

@@ -30,7 +30,7 @@ from pathlib import Path
 import nbformat
 
 from autograder.exercises import ALSO_UNDER_TORCHRUN, ASSIGNMENTS, EXERCISES, Exercise
-from autograder.judge.checks import Check, by_id
+from autograder.judge.checks import Check, all_checks, by_id
 from autograder.schema.run import HIDDEN_WORLD_SIZE
 from autograder.wording import plural, points
 
@@ -115,7 +115,7 @@ def check_rows(checks: list[Check]) -> list[str]:
 def check_tables() -> list[str]:
     """The README's tables of checks: the mp exercises', then the torchrun exercise's."""
     header = ["| id | points | passes when |", "|---|---|---|"]
-    mp = next(e for e in EXERCISES.values() if e.launcher == "mp")
+    of_mp = {c for e in EXERCISES.values() if e.launcher == "mp" for c in e.checks}
     torchrun = next(e for e in EXERCISES.values() if e.launcher == "torchrun")
     shared = [by_id(c) for c in ALSO_UNDER_TORCHRUN]
     also = (
@@ -124,7 +124,7 @@ def check_tables() -> list[str]:
     )
     own = [by_id(c) for c in torchrun.checks if c not in ALSO_UNDER_TORCHRUN]
     return [
-        "\n".join([*header, *check_rows([by_id(c) for c in mp.checks])]) + "\n",
+        "\n".join([*header, *check_rows([c for c in all_checks() if c.id in of_mp])]) + "\n",
         "\n".join([*header, *check_rows(own), also]) + "\n",
     ]
 

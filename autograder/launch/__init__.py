@@ -35,6 +35,7 @@ class Job:
     fork_from_here: bool = False
     sandboxed: bool = False  # the ranks run in the run's sandbox (sandbox.py)
     limits: Limits = DEFAULT_LIMITS
+    evaluation: str = ""  # the test set the grader evaluates the final model on (probes/evaluation.py); "": none
 
 
 # kind -> "module:class", imported on use: the local launchers import torch.

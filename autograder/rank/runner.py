@@ -6,6 +6,7 @@ from __future__ import annotations
 import faulthandler
 import importlib.util
 import inspect
+import math
 import os
 import sys
 import traceback
@@ -154,6 +155,7 @@ def open_channels(spec: RankSpec, rank: int, role: str = "rank") -> RankState:
         channel_path=spec.channel_path,
         is_notebook=spec.is_notebook,
         role=role,
+        evaluation=spec.evaluation,
     )
 
 
@@ -178,9 +180,21 @@ def run_rank(rank: int, spec: RankSpec) -> None:
     installed = probes.install(state)
 
     def call_main():
-        _entry_point(_import_submission(spec))(rank, spec.world_size)
+        returned = _entry_point(_import_submission(spec))(rank, spec.world_size)
+        state.record("main_returned", value=state.guarded(_number, returned))
 
     run_to_the_end(state, spec, call_main, installed)
+
+
+def _number(value) -> float | None:
+    """What main returned, as a number, if it is one (a Python or NumPy number, or a one-element tensor)."""
+    if isinstance(value, (bool, str, bytes)):
+        return None
+    try:
+        number = float(value.item() if hasattr(value, "item") else value)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def run_to_the_end(state: RankState, spec: RankSpec, student_code, installed: list[probes.Probe]) -> None:

@@ -29,6 +29,7 @@ class RankSpec:
     stack_paths: tuple[str, ...]
     inherited_fds: tuple[int, ...] = ()  # the launcher's pipe ends, closed in forked ranks
     sandbox: SandboxView | None = None  # where the ranks join the run's sandbox; None: they run as the grader
+    evaluation: str = ""  # the test set the grader evaluates the final model on; "": none
 
     @property
     def source_dir(self) -> str:
@@ -64,6 +65,7 @@ class RankSpec:
             stack_paths=tuple(str(private_dir / f"rank{r}.stack") for r in ranks),
             inherited_fds=tuple(inherited_fds),
             sandbox=containment.sandbox_view,
+            evaluation=job.evaluation,
         )
 
 

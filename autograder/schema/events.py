@@ -156,6 +156,10 @@ EVENTS: dict[str, dict[str, Shape]] = {
         "model": text(),
     },
     "file_written": {"path": text()},
+    # evaluation (rank/runner.py, probes/evaluation.py): what main returned, when it was a number, and
+    # the final model's accuracy on the exercise's whole test set, as the grader measured it on rank 0
+    "main_returned": {"value": optional(number())},
+    "grader_evaluation": {"accuracy": number(), "samples": integer()},
     # the student's own launcher, run as `python FILE` (rank/own_launcher.py)
     "spawn_called": {"nprocs": anything(), "start_method": text(), "gpus": integer()},
     "spawn_refused": {"nprocs": anything()},

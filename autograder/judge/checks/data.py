@@ -55,9 +55,9 @@ def _no_sampler_used(run: RunRecords) -> Outcome | None:
         if training_sampler(r) is None:
             if not run.all_finished:
                 return cannot_confirm(run, "which data each rank read")
-            if r.all("sampler"):
-                return _sampler_not_fed(r)
             plain = r.first("plain_sampler_epoch")
+            if any(_over_the_training_data(s, plain) for s in r.all("sampler")):
+                return _sampler_not_fed(r)
             seen = (
                 f" (it read all {len(plain['indices'])} samples in each epoch)" if plain and plain["finished"] else ""
             )
@@ -69,6 +69,13 @@ def _no_sampler_used(run: RunRecords) -> Outcome | None:
                 r.rank,
             )
     return None
+
+
+def _over_the_training_data(sampler: dict, plain: dict | None) -> bool:
+    """Whether a DistributedSampler could have split the data the model trained on: not one over a
+    data set of another size, such as a test set (a plain sampler's pass gives the trained-on size)."""
+    length = (sampler["dataset"] or {}).get("length")
+    return plain is None or plain["length"] is None or length is None or length == plain["length"]
 
 
 def _partition_problem(

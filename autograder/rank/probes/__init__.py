@@ -8,6 +8,7 @@ anything; the checks do that from the records.
 
 from .checkpoint import CheckpointProbe
 from .ddp import DdpProbe
+from .evaluation import EvaluationProbe
 from .files import FilesProbe
 from .gradients import GradientsProbe
 from .inputs import InputsProbe
@@ -34,6 +35,7 @@ def install(state: RankState) -> list[Probe]:
         SnapshotProbe(state, checkpoint),
         FilesProbe(state),
         SpawnGuardProbe(state),
+        EvaluationProbe(state),
     ]
     for probe in probes:
         probe.install()

@@ -49,6 +49,7 @@ class RankState:
     is_notebook: bool
     role: str = "rank"  # "rank", "started" (by the student's own launcher), or "worker<attempt>@<node>" (torchrun's)
     launcher: str = "mp"  # who started the rank: "mp" (the grader calls main) or "torchrun" (the file runs as a script)
+    evaluation: str = ""  # the test set the grader evaluates the final model on (evaluation.py); "": none
     steps: int = 0  # steps of the optimizer that is judged (training.py)
     # Found by one probe and read by others, as the run goes on:
     # every module DDP wrapped, held after main has returned (ddp.py; read by training.py and checkpoint.py)
