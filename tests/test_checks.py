@@ -103,6 +103,7 @@ NOT_DISTRIBUTED = {
     "checkpoint_loadable": Says("holds no model of distributed training", hint="Wrap the model in DDP"),
 }
 NONE_AVERAGED = Says("none of the", hint="Wrap the model in DDP")
+OWN_SHARE = Says("each rank returned the accuracy of its own share", hint="all_reduce")
 DEVICE_COUNT_SLIP = Says("asked for 0 processes: torch.cuda.device_count() is 0", hint="torch.cuda.device_count() or 2")
 
 TABLE = [
@@ -221,17 +222,8 @@ TABLE = [
     case(LR, "whole_model_saved", checkpoint_loadable=Says("whole model object", hint="state_dict()")),
     case(MNIST, "module_prefix", checkpoint_loadable=Says("start with 'module.'", hint="model.module.state_dict()")),
     # the evaluation (MNIST)
-    case(
-        MNIST,
-        "eval_own_share",
-        distributed_eval=Says("each rank returned the accuracy of its own share", hint="all_reduce"),
-    ),
-    case(
-        MNIST,
-        "eval_own_share",
-        3,
-        distributed_eval=Says("each rank returned the accuracy of its own share", hint="all_reduce"),
-    ),
+    case(MNIST, "eval_own_share", distributed_eval=OWN_SHARE),
+    case(MNIST, "eval_own_share", 3, distributed_eval=OWN_SHARE),
     case(
         MNIST,
         "eval_whole_set_everywhere",
