@@ -5,7 +5,7 @@ from __future__ import annotations
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from autograder.nbgrader_ext.preprocessors import ClearHiddenTestTracebacks
+from autograder.nbgrader_ext.preprocessors import ClearHiddenTestTracebacks, error_output
 
 GRADE_CELL = """from autograder.notebook.grade_cells import require
 require("p.py", "linear_regression", "cleanup")
@@ -49,3 +49,12 @@ def test_cells_that_are_not_graded_or_have_no_hidden_tests_are_left_alone():
 def test_the_delimiters_are_configurable_as_nbgrader_s_own_are():
     preprocessor = ClearHiddenTestTracebacks(begin_test_delimeter="BEGIN SECRET", end_test_delimeter="END SECRET")
     assert preprocessor.hidden_lines("a\n# BEGIN SECRET\nb\n# END SECRET\nc") == {"# BEGIN SECRET", "b", "# END SECRET"}
+
+
+def test_a_grade_cell_s_error_holds_the_whole_message_not_only_the_check_s_title():
+    """A crashed run's cell starts with the title alone; whoever reads the error's value (a
+    gradebook summary, nbgrader's own views) gets the run's error and the hint too."""
+    lines = ["Only rank 0 saves checkpoints (checked with 2 ranks)", "The run: Rank 0 failed: boom", "Not reached."]
+    output = error_output([*lines, "Hint: Fix the error reported above, then check again."])
+    assert output.evalue.splitlines()[:3] == lines and output.evalue.endswith("then check again.")
+    assert output.traceback[0] == f"CheckFailed: {lines[0]}"

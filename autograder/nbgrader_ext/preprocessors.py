@@ -220,7 +220,9 @@ def written_program(nb, program: str) -> str | None:
 
 
 def error_output(lines: list[str]):
-    """An error output as IPython shows CheckFailed: no stack frames, only the message."""
+    """An error output as IPython shows CheckFailed: no stack frames, only the message.
+    Its value is the whole message, as str() of the exception is in the kernel: a crashed
+    run's cell starts with the check's title alone, and the run's error follows."""
     return nbformat.v4.new_output(
-        "error", ename="CheckFailed", evalue=lines[0], traceback=[f"CheckFailed: {lines[0]}", *lines[1:]]
+        "error", ename="CheckFailed", evalue="\n".join(lines), traceback=[f"CheckFailed: {lines[0]}", *lines[1:]]
     )
