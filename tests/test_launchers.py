@@ -35,6 +35,36 @@ def test_the_students_own_spawn_starts_each_process_as_spawn_does(tmp_path, no_l
         assert report.score == report.max_score, [c.message for c in report.checks if not c.passed]
 
 
+def test_a_launch_that_fails_half_way_through_starting_stops_what_it_started(tmp_path):
+    """The skeleton's start-failure path: the process already started is killed and
+    reaped, its output closed, and the result says why nothing ran."""
+    from autograder.launch.process import ProcessLauncher
+    from autograder.launch.supervise import start_command
+
+    started_pids = []
+
+    class HalfStarted(ProcessLauncher):
+        def start(self, launch, started):
+            sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+            started.append(start_command(sleeper, launch.spec.output_paths[0]))
+            started_pids.append(started[-1].pid)
+            raise OSError("no more processes")
+
+    job = Job(
+        world_size=2,
+        backend="gloo",
+        hide_gpus=False,
+        timeout_s=60.0,
+        module_path=robustness_case("hang_recv.py", tmp_path),
+        workdir=tmp_path,
+        is_notebook=False,
+    )
+    result = HalfStarted().launch(job, tmp_path / "private")
+    assert result.start_error == "OSError: no more processes" and result.ranks == []
+    with pytest.raises(ProcessLookupError):
+        os.kill(started_pids[0], 0)  # killed and reaped, not left running
+
+
 def test_the_process_launcher_keeps_the_deadline_and_stops_every_rank(tmp_path):
     submission = robustness_case("hang_recv.py", tmp_path)
     job = Job(

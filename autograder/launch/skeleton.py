@@ -27,7 +27,6 @@ class Launch:
     """One launch in progress, as the skeleton has set it up for `start`."""
 
     job: Job  # as the launcher was given it
-    slots: Job  # the job as the sandbox sees it: one slot per process the launcher starts
     private_dir: Path
     containment: Containment
     outputs: list[CappedOutput]  # one per started process, in slot order
@@ -53,21 +52,21 @@ class Launcher(ABC):
         outputs = [CappedOutput(str(private_dir / name)) for name in self.output_names(slots)]
         inherited = self.inherited_fds(slots, containment, outputs)
         spec = RankSpec.for_run(slots, private_dir, containment, [c.path for c in outputs], inherited)
-        launch = Launch(job, slots, private_dir, containment, outputs, spec)
+        launch = Launch(job, private_dir, containment, outputs, spec)
         self.prepare(launch)
         if not self.drains_after_start:
             _drain(launch.captures)
-        started_at, started = time.monotonic(), []
+        started_at, started, failure = time.monotonic(), [], None
         try:
             try:
                 self.start(launch, started)
             except Exception as error:  # e.g. out of memory or processes
-                if self.drains_after_start:
-                    _drain(launch.captures)
-                stop_all(started, launch.captures)
-                return start_error(started_at, error, containment)
+                failure = error
             if self.drains_after_start:
-                _drain(launch.captures)
+                _drain(launch.captures)  # even if starting failed half-way
+            if failure is not None:
+                stop_all(started, launch.captures)
+                return start_error(started_at, failure, containment)
             result = supervise(started, launch.captures, spec, started_at, job.timeout_s, containment)
         finally:
             for process in started:

@@ -5,8 +5,7 @@ One module per family, in the order of the five DDP changes: `group` (the
 process group), `data` (the sampler), `model` (DDP and the averaged
 gradients), `evaluation` (the test set, shared out), `writes` (checkpoints
 and logs), `lifecycle` (the group's end, the launcher, the GPU) and
-`torchrun` (snapshots and resuming). `registry`
-holds what they share.
+`torchrun` (snapshots and resuming). `registry` holds what they share.
 
 The report's order is the order of FAMILIES below, and in each family the
 order its module defines its checks in. Adding a check is one decorated
