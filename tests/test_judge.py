@@ -222,6 +222,35 @@ def test_a_run_whose_ranks_recorded_nothing_fails_every_check():
     assert found["rank0_checkpoint"].message.startswith("Could not confirm who saved checkpoints")
 
 
+# --- the evaluation: what a shortcut would look like in the records ---------------
+
+MNIST_REFERENCE = "mnist__mnist_ddp@2"
+
+
+def test_an_accuracy_returned_without_measuring_it_fails_against_the_graders_own():
+    """A made-up accuracy, the same on every rank, is told apart by the grader's own measurement."""
+    data = fixture(MNIST_REFERENCE)
+    truth = rank_events(data, 0, "grader_evaluation")[0]["accuracy"]
+    for rank in (0, 1):
+        rank_events(data, rank, "main_returned")[0]["value"] = 0.99
+    verdict = verdicts(data)["distributed_eval"]
+    assert verdict.status == "failed"
+    assert f"main returned an accuracy of 99.00%, but the trained model gets {truth:.2%}" in verdict.message
+
+
+def test_test_shares_that_do_not_split_the_test_set_fail():
+    """Both ranks taking rank 0's share: a sampler over the test set, but not one made for this rank."""
+    data = fixture(MNIST_REFERENCE)
+
+    def test_share(rank: int) -> dict:
+        test_samplers = {e["sampler"] for e in rank_events(data, rank, "sampler") if e["dataset"]["length"] == 500}
+        return [e for e in rank_events(data, rank, "sampler_epoch") if e["sampler"] in test_samplers][-1]
+
+    test_share(1)["indices"] = list(test_share(0)["indices"])
+    verdict = verdicts(data)["distributed_eval"]
+    assert verdict.status == "failed" and "do not split it" in verdict.message
+
+
 def assert_tampering(data: dict, says: str) -> None:
     found = verdicts(data)
     assert statuses(found, "failed") == set(found) - CPU_RUN
