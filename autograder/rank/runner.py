@@ -7,6 +7,7 @@ import faulthandler
 import importlib.util
 import inspect
 import math
+import multiprocessing
 import os
 import sys
 import traceback
@@ -93,6 +94,16 @@ def _fresh_numpy_seed() -> None:
         numpy.random.seed()
 
 
+def _own_multiprocessing() -> None:
+    """A forked rank inherits multiprocessing's start method (the fork
+    server's) and temporary folder from the grader, places the sandbox
+    hides: a DataLoader's workers would fail to start or to hand back their
+    batches. A rank of the student's own mp.spawn has the platform's default
+    start method and makes its own folder: so does this one."""
+    multiprocessing.set_start_method(None, force=True)
+    multiprocessing.current_process()._config.pop("tempdir", None)
+
+
 def _import_submission(spec: RankSpec):
     module_spec = importlib.util.spec_from_file_location(MODULE_NAME, spec.module_path)
     module = importlib.util.module_from_spec(module_spec)
@@ -176,6 +187,7 @@ def run_rank(rank: int, spec: RankSpec) -> None:
     enter_sandbox(spec, rank, state)
     _share_cores(spec.world_size)
     _fresh_numpy_seed()
+    _own_multiprocessing()
     prepare_environment(spec)
     installed = probes.install(state)
 
