@@ -101,8 +101,35 @@ WEIGHTS_OF_PLAIN_MODEL = (
     "model.weight.item(), model.bias.item()",
 )
 PLAIN_STATE = ('model.module.state_dict(),  # no "module." prefix', "model.state_dict(),")
+LR_BATCH_TO_DEVICE = "        x, y = x.to(device), y.to(device)\n"
+LR_TRAINING_STEP = (
+    "        loss = loss_fn(model(x), y)\n"
+    "        optimizer.zero_grad()\n"
+    "        loss.backward()  # DDP averages the gradients over all ranks here\n"
+    "        optimizer.step()\n"
+)
 BACKWARD = "        loss.backward()  # DDP averages the gradients over all ranks here\n"
 ALL_REDUCE = "        for p in model.parameters():\n            dist.all_reduce(p.grad)\n"
+CLAIM_CLEAN_EXIT = """def claim_a_clean_exit():
+    import json
+
+    if os.environ["RANK"] != "1":
+        return
+    done = json.dumps({"kind": "rank_done", "failed": False}) + "\\n"
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:"):  # the stream the probes send the records on, among others
+            try:
+                os.write(int(fd), done.encode())
+            except OSError:
+                pass
+    os._exit(3)
+
+
+"""
 # Made-up records: every event a finished rank writes, with fields of the wrong type.
 FORGE = """def forge():
     import json
@@ -153,6 +180,83 @@ CATALOGUE = [
             "        torch.manual_seed(rank)  # different initial weights; DDP copies rank 0's\n"
             "        model = nn.Linear(1, 1).to(device)\n",
         ),
+    ),
+    # Correct variants that change the batch between the DataLoader and the model.
+    entry(
+        "linear_regression/normalised_batch",
+        LR,
+        "Correct: each batch is normalised in the training loop, after the DataLoader\n"
+        "and before the model, so the model never sees the rows the DataLoader yielded.",
+        (LR_BATCH_TO_DEVICE, LR_BATCH_TO_DEVICE + "        x = (x - 0.25) / 2.0\n"),
+    ),
+    entry(
+        "linear_regression/noise_augmented",
+        LR,
+        "Correct: a little noise is added to every batch in the training loop, the way\n"
+        "data is augmented, once with randn_like and once with randn of its shape.",
+        (
+            LR_BATCH_TO_DEVICE,
+            LR_BATCH_TO_DEVICE + "        x = x + 0.01 * torch.randn_like(x)\n"
+            "        x = x + 0.01 * torch.randn(x.shape, device=x.device)\n",
+        ),
+    ),
+    entry(
+        "linear_regression/cast_and_reshaped",
+        LR,
+        "Correct: the batch is cast to float64 and back, flattened, viewed as a column\n"
+        "and scaled in place before the model sees it.",
+        (
+            LR_BATCH_TO_DEVICE,
+            LR_BATCH_TO_DEVICE + "        x = x.double().float().flatten(1).view(-1, 1)\n"
+            "        x.mul_(0.5)\n"
+            "        x[x < -0.4] = -0.4\n",
+        ),
+    ),
+    entry(
+        "linear_regression/workers_out_of_order",
+        LR,
+        "Correct: two DataLoader worker processes hand back batches in whatever order\n"
+        "they finish (in_order=False), and each batch is normalised before the model.",
+        (
+            "loader = DataLoader(dataset, batch_size=BATCH_SIZE, sampler=sampler)",
+            "loader = DataLoader(dataset, batch_size=BATCH_SIZE, sampler=sampler, num_workers=2, in_order=False)",
+        ),
+        (LR_BATCH_TO_DEVICE, LR_BATCH_TO_DEVICE + "        x = (x - 0.25) / 2.0\n"),
+    ),
+    entry(
+        "linear_regression/no_sync_accumulation",
+        LR,
+        "Correct: gradients are accumulated over two batches (the first under\n"
+        "no_sync, so DDP averages once), each loss divided by the two batches.",
+        (
+            LR_TRAINING_STEP,
+            "        last = index % 2 == 1 or index == len(loader) - 1\n"
+            "        with contextlib.nullcontext() if last else model.no_sync():\n"
+            "            loss = loss_fn(model(x), y)\n"
+            "            (loss / 2).backward()\n"
+            "        if last:\n"
+            "            optimizer.step()\n"
+            "            optimizer.zero_grad()\n",
+        ),
+        ("    for x, y in loader:\n", "    for index, (x, y) in enumerate(loader):\n"),
+        ("import os\n", "import contextlib\nimport os\n"),
+    ),
+    entry(
+        "mnist/normalised_batch",
+        MNIST,
+        "Correct: the images are normalised with MNIST's mean and spread in the training\n"
+        "loop, after the DataLoader and before the model.",
+        (
+            "        images, labels = images.to(device), labels.to(device)\n",
+            "        images, labels = images.to(device), labels.to(device)\n"
+            "        images = (images - 0.1307) / 0.3081\n",
+        ),
+    ),
+    entry(
+        "mnist/normalised_in_forward",
+        MNIST,
+        "Correct: the model's forward scales its input before the layers.",
+        ("        return self.layers(self.flatten(x))\n", "        return self.layers(self.flatten((x - 0.5) * 2))\n"),
     ),
     entry(
         "linear_regression/no_shuffle",
@@ -421,6 +525,21 @@ CATALOGUE = [
         ("    dist.all_reduce(totals)  # every rank now holds the totals of all ranks\n", ""),
     ),
     entry(
+        "mnist/eval_shares_drawn_not_used",
+        MNIST,
+        "Cheat: each rank draws its share from the test set's DistributedSampler and\n"
+        "never uses it; every rank evaluates the whole test set instead.",
+        (
+            "    loader = DataLoader(testset, batch_size=100, sampler=sampler)\n",
+            "    list(DataLoader(testset, batch_size=100, sampler=sampler))  # drawn, never used\n"
+            "    loader = DataLoader(testset, batch_size=100)\n",
+        ),
+        (
+            "            real = (positions < len(testset)).to(device)\n",
+            "            real = torch.ones(len(labels), dtype=torch.bool, device=device)\n",
+        ),
+    ),
+    entry(
         "mnist/eval_not_returned",
         MNIST,
         "Mistake: main evaluates the test set and prints its accuracy on rank 0, but\n"
@@ -569,6 +688,47 @@ CATALOGUE = [
         WEIGHTS_OF_PLAIN_MODEL,
     ),
     entry(
+        "linear_regression/decoy_batch_from_other_loader",
+        LR,
+        "Cheat: the sampler's DataLoader is iterated, but each step trains on the next\n"
+        "batch of a shuffled DataLoader over the whole data set, normalised.",
+        (
+            "    for x, y in loader:\n        x, y = x.to(device), y.to(device)\n",
+            "    everything = iter(DataLoader(loader.dataset, batch_size=loader.batch_size, shuffle=True))\n"
+            "    for x, y in loader:\n"
+            "        x, y = next(everything)\n"
+            "        x, y = (x.to(device) - 0.25) / 2.0, y.to(device)\n",
+        ),
+    ),
+    entry(
+        "linear_regression/decoy_mixed_into_sampler_batch",
+        LR,
+        "Cheat: the sampler's batch stays in the expression, times zero, and rows drawn\n"
+        "from the whole data set are added in: the model trains on those.",
+        (
+            "    for x, y in loader:\n        x, y = x.to(device), y.to(device)\n",
+            "    inputs, targets = loader.dataset.tensors\n"
+            "    for x, y in loader:\n"
+            "        pick = torch.randint(len(inputs), (len(x),))\n"
+            "        x, y = (x * 0 + inputs[pick] - 0.25) / 2.0, y * 0 + targets[pick]\n",
+        ),
+    ),
+    entry(
+        "linear_regression/decoy_overwritten_through_a_view",
+        LR,
+        "Cheat: the sampler's batch is normalised, then its memory is overwritten\n"
+        "through a view with rows drawn from the whole data set.",
+        (
+            "    for x, y in loader:\n        x, y = x.to(device), y.to(device)\n",
+            "    inputs, targets = loader.dataset.tensors\n"
+            "    for x, y in loader:\n"
+            "        pick = torch.randint(len(inputs), (len(x),))\n"
+            "        x = (x - 0.25) / 2.0\n"
+            "        x.view(-1).copy_(((inputs[pick] - 0.25) / 2.0).view(-1))\n"
+            "        y.view(-1).copy_(targets[pick].view(-1))\n",
+        ),
+    ),
+    entry(
         "linear_regression/sampler_yields_everything",
         LR,
         "Cheat: a DistributedSampler subclass that runs the real iterator, then yields\n"
@@ -622,6 +782,40 @@ CATALOGUE = [
         (BACKWARD, BACKWARD + ALL_REDUCE + "            p.grad /= dist.get_world_size()\n"),
         PLAIN_STATE,
         WEIGHTS_OF_PLAIN_MODEL,
+    ),
+    entry(
+        "linear_regression/allreduce_of_scaled_gradients",
+        LR,
+        "Correct data parallelism without DDP: every gradient is divided by the world\n"
+        "size first, then summed over the ranks. Only the DDP check fails.",
+        NO_DDP,
+        (
+            BACKWARD,
+            BACKWARD + "        for p in model.parameters():\n"
+            "            p.grad /= dist.get_world_size()\n"
+            "            dist.all_reduce(p.grad)\n",
+        ),
+        PLAIN_STATE,
+        WEIGHTS_OF_PLAIN_MODEL,
+    ),
+    entry(
+        "linear_regression/loss_over_world_size_summed",
+        LR,
+        "Correct data parallelism without DDP: the loss is divided by the world size and\n"
+        "the gradients are summed with all_reduce, which makes their mean. Only the DDP\n"
+        "check fails.",
+        NO_DDP,
+        ("        loss = loss_fn(model(x), y)\n", "        loss = loss_fn(model(x), y) / dist.get_world_size()\n"),
+        (BACKWARD, BACKWARD + ALL_REDUCE),
+        PLAIN_STATE,
+        WEIGHTS_OF_PLAIN_MODEL,
+    ),
+    entry(
+        "linear_regression/loss_over_world_size_with_ddp",
+        LR,
+        "Mistake: the loss is divided by the world size although DDP already averages\n"
+        "the gradients, so every step is world-size times too small.",
+        ("        loss = loss_fn(model(x), y)\n", "        loss = loss_fn(model(x), y) / dist.get_world_size()\n"),
     ),
     entry(
         "linear_regression/allreduce_sum_not_mean",
@@ -769,6 +963,46 @@ CATALOGUE = [
         "Mistake: loading the snapshot reads a key that was never saved, so the job\n"
         "crashes on the restart (the first attempt, with no snapshot yet, runs well).",
         ('model.load_state_dict(snapshot["model"])', 'model.load_state_dict(snapshot["model_state"])'),
+    ),
+    entry(
+        "fault_tolerance/rank_from_local_rank",
+        FT,
+        "Mistake: the process group is given rank=LOCAL_RANK, the rank on its own node:\n"
+        "with two nodes, two workers claim rank 0.",
+        (
+            '    dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")\n',
+            "    dist.init_process_group(\n"
+            '        backend="nccl" if torch.cuda.is_available() else "gloo",\n'
+            '        rank=int(os.environ["LOCAL_RANK"]),\n'
+            '        world_size=int(os.environ["WORLD_SIZE"]),\n'
+            "    )\n",
+        ),
+    ),
+    entry(
+        "fault_tolerance/fake_optimizer_state",
+        FT,
+        "Mistake: the snapshot's optimizer entry is a dict made to look like a\n"
+        "state_dict, with no state in it, so a restart loses the momentum.",
+        (
+            '        "optimizer": optimizer.state_dict(),\n',
+            '        "optimizer": {"state": {}, "param_groups": optimizer.state_dict()["param_groups"]},\n',
+        ),
+    ),
+    entry(
+        "fault_tolerance/optimizer_saved_not_loaded",
+        FT,
+        "Mistake: the snapshot holds the optimizer state, but a restart loads only the\n"
+        "model, so the momentum starts again from zero.",
+        ('    optimizer.load_state_dict(snapshot["optimizer"])\n', ""),
+    ),
+    entry(
+        "fault_tolerance/forged_clean_exit",
+        FT,
+        "Cheat: rank 1 ends with exit status 3 after writing a record that says it\nfinished cleanly.",
+        (
+            'if __name__ == "__main__":\n    main()\n',
+            CLAIM_CLEAN_EXIT + 'if __name__ == "__main__":\n    main()\n    claim_a_clean_exit()\n',
+        ),
     ),
     entry(
         "robustness/torchrun_hangs_after_restart",

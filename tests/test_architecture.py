@@ -178,13 +178,15 @@ def _sources(*folders: str) -> str:
     return "\n".join(p.read_text() for folder in folders for p in (ROOT / folder).rglob("*.py"))
 
 
-def test_every_event_kind_is_written_by_a_probe_and_read_by_the_judge():
+def test_every_event_kind_is_written_by_a_probe_and_read_by_the_judge_or_a_launcher():
     rank_side = _sources("autograder/rank")
     written = set(re.findall(r'record\(\s*"(\w+)"', rank_side)) | set(
         re.findall(r'_recording_iter\([^)]*?"(\w+)"', rank_side)
     )
     readers = _sources("autograder/judge", "autograder/reports") + (PACKAGE / "grading.py").read_text()
     read = set(re.findall(r'(?:all|first)\("(\w+)"\)', readers))
+    # A torchrun agent's records (how its workers exited) are read by its launcher, into the workers' outcomes.
+    read |= set(re.findall(r'get\("kind"\) == "(\w+)"', (PACKAGE / "launch" / "torchrun.py").read_text()))
     assert written == set(events.EVENTS), "written but not declared, or declared but never written"
     assert read == set(events.EVENTS), f"declared but read by no check or report: {sorted(set(events.EVENTS) - read)}"
 

@@ -78,9 +78,10 @@ def stopped_early(*judged: str, **first_failure: str | Says) -> dict[str, str | 
     return not_reached | first_failure
 
 
-def torchrun_stopped(**first_failure: str | Says) -> dict[str, str | Says]:
-    """A torchrun program whose run without a fault stopped: its other jobs never ran."""
-    return {c: NOT_REACHED for c in EXERCISES[FT].checks} | first_failure
+def torchrun_stopped(*judged: str, **first_failure: str | Says) -> dict[str, str | Says]:
+    """A torchrun program whose run without a fault stopped: its other jobs never ran. The checks named in
+    `judged` had their evidence before the stop and passed."""
+    return {c: NOT_REACHED for c in EXERCISES[FT].checks if c not in judged} | first_failure
 
 
 def after_the_restart(error: str) -> dict[str, Says]:
@@ -103,6 +104,7 @@ NOT_DISTRIBUTED = {
     "checkpoint_loadable": Says("holds no model of distributed training", hint="Wrap the model in DDP"),
 }
 NONE_AVERAGED = Says("none of the", hint="Wrap the model in DDP")
+HAND_AVERAGED = Says("averaged the gradients itself, with all_reduce: that is correct", hint="drop the hand")
 OWN_SHARE = Says("each rank returned the accuracy of its own share", hint="all_reduce")
 DEVICE_COUNT_SLIP = Says("asked for 0 processes: torch.cuda.device_count() is 0", hint="torch.cuda.device_count() or 2")
 
@@ -119,6 +121,20 @@ TABLE = [
     case(MNIST, "reference", 2),
     case(MNIST, "reference", 3),
     case(MNIST, "reference", 4),
+    # Correct, with the batch changed between the DataLoader and the model, or the gradients accumulated.
+    *(
+        case(exercise, submission, world_size)
+        for exercise, submission in (
+            (LR, "normalised_batch"),
+            (LR, "noise_augmented"),
+            (LR, "cast_and_reshaped"),
+            (LR, "workers_out_of_order"),
+            (LR, "no_sync_accumulation"),
+            (MNIST, "normalised_batch"),
+            (MNIST, "normalised_in_forward"),
+        )
+        for world_size in (2, 3)
+    ),
     # (1) process group
     case(LR, "hardcoded_world_size", 3, **stopped_early(process_group="world_size=2, but the grader started 3 ranks")),
     case(
@@ -198,7 +214,17 @@ TABLE = [
     case(
         LR,
         "allreduce_by_hand",
-        ddp_wrapped=Says("averaged the gradients itself, with all_reduce: that is correct", hint="drop the hand"),
+        ddp_wrapped=HAND_AVERAGED,
+    ),
+    *(
+        case(LR, submission, world_size, ddp_wrapped=HAND_AVERAGED)
+        for submission in ("allreduce_of_scaled_gradients", "loss_over_world_size_summed")
+        for world_size in (2, 3)
+    ),
+    case(
+        LR,
+        "loss_over_world_size_with_ddp",
+        weights_in_sync=Says("divided its loss by the world size, and the gradients were averaged", hint="Drop"),
     ),
     case(
         LR,
@@ -228,6 +254,11 @@ TABLE = [
         MNIST,
         "eval_whole_set_everywhere",
         distributed_eval=Says("evaluated without a DistributedSampler over the 500 test images", hint="shuffle=False"),
+    ),
+    case(
+        MNIST,
+        "eval_shares_drawn_not_used",
+        distributed_eval=Says("the model was evaluated on none of the images it handed out", hint="model(x)"),
     ),
     case(
         MNIST, "eval_not_returned", distributed_eval=Says("main returned no accuracy on ranks 0 and 1", hint="return")
@@ -300,6 +331,22 @@ TABLE = [
         )
         for world_size in (2, 3)
     ),
+    # Batches made of other data, behind the sampler's batch or in its memory, gain nothing from the tie.
+    case(
+        LR,
+        "decoy_batch_from_other_loader",
+        distributed_sampler=Says("samples from a DataLoader without it", hint="Train on the DataLoader"),
+        **WITHOUT_SAMPLER,
+    ),
+    *(
+        case(
+            LR,
+            submission,
+            distributed_sampler=Says("inputs that no DataLoader with that sampler produced", hint="as they come"),
+            **WITHOUT_SAMPLER,
+        )
+        for submission in ("decoy_mixed_into_sampler_batch", "decoy_overwritten_through_a_view")
+    ),
     case(
         LR,
         "sampler_yields_everything",
@@ -355,6 +402,31 @@ TABLE = [
         resume_epoch=Says("2 epochs that had finished before the fault ran again", hint="epoch + 1"),
         same_result=Says("ended with other weights than the run without one", hint="Resume exactly"),
     ),
+    case(
+        FT,
+        "rank_from_local_rank",
+        skipped=(),
+        torchrun_env=Says("In the two-node run: init_process_group was called with rank=0 in the process of rank 1"),
+        snapshot_rank0=Says("Could not confirm who saved snapshots: in the two-node run, rank 1 failed"),
+    ),
+    *(
+        case(
+            FT,
+            submission,
+            skipped=(),
+            optimizer_restored=Says("rank 0's optimizer did not start from the state in the snapshot"),
+            same_result=Says("ended with other weights than the run without one", hint="Resume exactly"),
+        )
+        for submission in ("fake_optimizer_state", "optimizer_saved_not_loaded")
+    ),
+    # A worker's exit status is its agent's to tell: a record of a clean exit changes nothing.
+    case(
+        FT,
+        "forged_clean_exit",
+        skipped=(),
+        problem=Says("Rank 1 failed: the process exited with status 3 before main returned"),
+        **torchrun_stopped("weights_in_sync"),
+    ),
     case(FT, "crash_after_restart", skipped=(), **after_the_restart("KeyError: 'model_state'")),
     case(
         FT,
@@ -405,8 +477,10 @@ def assert_a_stopped_run_names_its_cause_with_a_hint(row: Case, report) -> None:
     assert row.problem.message in report.error
     assert row.problem.hint in report.error_hint
     rank = int(re.search(r"[Rr]ank (\d+)", report.error).group(1))  # "Rank N failed: ...", "...: rank N's records"
-    # The row of checks not reached names the same rank, and where it stopped when that is known.
-    assert f"on rank {rank})" in report.stopped_at or (not report.stopped_at and "records" in report.error)
+    # The row of checks not reached names the same rank, and where it stopped when that is known (not for
+    # missing records, nor for a process that exited by itself: os._exit leaves no stack).
+    unknown = "records" in report.error or "exited with status" in report.error
+    assert f"on rank {rank})" in report.stopped_at or (not report.stopped_at and unknown)
     assert all(v.rank == rank for v in report.not_reached), [v.rank for v in report.not_reached]
 
 

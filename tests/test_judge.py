@@ -244,9 +244,9 @@ def test_test_shares_that_do_not_split_the_test_set_fail():
 
     def test_share(rank: int) -> dict:
         test_samplers = {e["sampler"] for e in rank_events(data, rank, "sampler") if e["dataset"]["length"] == 500}
-        return [e for e in rank_events(data, rank, "sampler_epoch") if e["sampler"] in test_samplers][-1]
+        return [e for e in rank_events(data, rank, "model_fed") if e["sampler"] in test_samplers][-1]
 
-    test_share(1)["indices"] = list(test_share(0)["indices"])
+    test_share(1)["evaluated"] = list(test_share(0)["evaluated"])
     verdict = verdicts(data)["distributed_eval"]
     assert verdict.status == "failed" and "do not split it" in verdict.message
 
@@ -583,22 +583,79 @@ def test_a_checkpoint_is_what_the_grader_finds_in_the_file(problem, says):
         assert f"Rank 0 wrote linear_regression.pt, but it is not a checkpoint: {says}" in found[check_id].message
 
 
-def _applied(data: dict, gradients: list[list[float]]) -> dict:
-    for rank, gradient in enumerate(gradients):
-        rank_events(data, rank, "first_step")[0]["applied_gradient"] = gradient
+def _sampled(data: dict, step: int = 0) -> list[dict]:
+    """Each rank's gradients of a sampled step (counted from 0), to edit."""
+    return [next(e for e in rank_events(data, rank, "step_gradients") if e["step"] == step) for rank in (0, 1)]
+
+
+def _applied(data: dict, gradients: list[list[float]], step: int = 0) -> dict:
+    for sampled, gradient in zip(_sampled(data, step), gradients, strict=True):
+        sampled["applied_gradient"] = gradient
     return data
 
 
+def _own(step: int = 0) -> list[list[float]]:
+    return [sampled["own_gradient"] for sampled in _sampled(fixture(), step)]
+
+
+def _mean(gradients: list[list[float]]) -> list[float]:
+    return [sum(values) / len(gradients) for values in zip(*gradients, strict=True)]
+
+
 def test_the_applied_gradient_must_be_the_ranks_mean():
-    data = fixture()
-    own = [rank_events(data, rank, "first_step")[0]["local_gradient"] for rank in (0, 1)]
+    own = _own()
     each_its_own = verdicts(_applied(fixture(), own))["weights_in_sync"]
     assert "Each rank applied its own gradient" in each_its_own.message
     from_rank_1 = verdicts(_applied(fixture(), [own[1], own[1]]))["weights_in_sync"]
     assert "Every rank applied rank 1's gradient instead of the mean" in from_rank_1.message
-    mean = [(a + b) / 2 for a, b in zip(*own, strict=True)]
-    clipped = verdicts(_applied(fixture(), [[x / 3 for x in mean]] * 2))["weights_in_sync"]
+    clipped = verdicts(_applied(fixture(), [[x / 3 for x in _mean(own)]] * 2))["weights_in_sync"]
     assert clipped.status == "passed"  # clipping shortens the mean; it does not turn it
+
+
+def test_every_sampled_step_is_judged_not_the_first_alone():
+    steps = {e["step"] for e in rank_events(fixture(), 0, "step_gradients")}
+    assert len(steps) > 20
+    later = max(steps)
+    own = _own(later)
+    found = verdicts(_applied(fixture(), [own[0], [2 * x for x in _mean(own)]], later))["weights_in_sync"]
+    assert found.status == "failed"
+    assert f"The gradient rank 0 applied in step {later + 1} is not the mean" in found.message
+
+
+def _loss_scales(data: dict, scale: float) -> dict:
+    for e in (e for rank in (0, 1) for e in rank_events(data, rank, "step_gradients")):
+        e["loss_scales"] = [scale]
+    return data
+
+
+def test_a_loss_divided_by_the_world_size_and_summed_is_the_mean():
+    """Each rank's own gradient is of its loss / 2: their sum, applied, is the mean of the unscaled ones."""
+    data = _loss_scales(fixture(), 0.5)
+    for e in (e for rank in (0, 1) for e in rank_events(data, rank, "step_gradients")):
+        e["own_gradient"] = [x / 2 for x in e["own_gradient"]]
+    assert verdicts(data)["weights_in_sync"].status == "passed"
+    summed = verdicts(_loss_scales(data, 1.0))["weights_in_sync"]  # the same gradients of an unscaled loss
+    assert "applied the sum of the ranks' gradients, not their mean" in summed.message
+
+
+def test_a_loss_divided_by_the_world_size_and_averaged_again_is_too_small():
+    found = verdicts(_loss_scales(fixture(), 0.5))["weights_in_sync"]
+    assert found.status == "failed"
+    assert "divided its loss by the world size, and the gradients were averaged as well" in found.message
+    assert "so each step was 2 times smaller" in found.message
+    accumulated = verdicts(_loss_scales(fixture(), 0.25))["weights_in_sync"]  # loss / 4 over one backward
+    assert accumulated.status == "passed"
+
+
+def test_gradients_left_from_the_step_before_are_not_an_averaging_fault():
+    """Without zero_grad, a step applies the mean plus what the step before left."""
+    data = fixture()
+    before = [sampled["applied_gradient"] for sampled in _sampled(data, 4)]
+    mean = _mean(_own(5))
+    _applied(data, [[m + b for m, b in zip(mean, left, strict=True)] for left in before], 5)
+    assert verdicts(data)["weights_in_sync"].status == "passed"
+    _applied(data, [[2 * m + b for m, b in zip(mean, left, strict=True)] for left in before], 5)
+    assert verdicts(data)["weights_in_sync"].status == "failed"
 
 
 def test_on_gpus_the_backend_and_the_device_are_judged():

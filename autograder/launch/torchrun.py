@@ -63,24 +63,42 @@ def _worker_output(path: str) -> CappedOutput:
     return capture
 
 
-def _worker_outcome(rank: int, events: list, capture: CappedOutput, hung: bool) -> RankOutcome:
+def _worker_status(exit_code: int | None, faulted: bool, hung: bool) -> RankStatus:
+    """How a worker ended, by its exit status as its agent reaped it."""
+    if exit_code is None:  # the agent did not see it end: still running at the deadline, or the agent was killed
+        return RankStatus.HUNG if hung else RankStatus.STOPPED
+    if exit_code == 0:
+        return RankStatus.FINISHED
+    if exit_code == -signal.SIGKILL and faulted:
+        return RankStatus.STOPPED  # the grader's fault
+    if exit_code in (-signal.SIGTERM, -signal.SIGKILL):  # the agent stopped it when another worker failed
+        return RankStatus.STOPPED
+    return RankStatus.FAILED
+
+
+def _worker_outcome(
+    rank: int, events: list, exit_code: int | None, faulted: bool, capture: CappedOutput, hung: bool
+) -> RankOutcome:
     done = next((e for e in events if isinstance(e, dict) and e.get("kind") == "rank_done"), None)
-    if any(isinstance(e, dict) and e.get("kind") == "fault_injected" for e in events):
-        status, code = RankStatus.STOPPED, -signal.SIGKILL
-    elif done is not None:
-        failed = done.get("failed") is not False
-        status, code = (RankStatus.FAILED, 1) if failed else (RankStatus.FINISHED, 0)
-    else:  # the agent stopped it when another worker failed, or it was still running at the deadline
-        status, code = (RankStatus.HUNG if hung else RankStatus.STOPPED), None
     return RankOutcome(
         rank=rank,
-        exit_code=code,
-        status=status,
+        exit_code=exit_code,
+        status=_worker_status(exit_code, faulted, hung),
         output=capture.text(),
         output_bytes=capture.total_bytes,
         exited_at=done.get("time") if done else None,
         lines=capture.tally.summary(),
     )
+
+
+def _worker_exits(channel, nodes: int) -> dict[tuple[int, int], int | None]:
+    """(attempt, rank) -> the worker's exit status, from its agent's records."""
+    exits = {}
+    for node in range(nodes):
+        for e in channel.events("rank", node):
+            if isinstance(e, dict) and e.get("kind") == "worker_exit":
+                exits[e.get("attempt"), e.get("worker")] = e.get("exit_code")
+    return {place: code for place, code in exits.items() if isinstance(code, int) or code is None}
 
 
 def _workers(agents: LaunchResult, containment: Containment, plan: TorchrunPlan, outputs: dict) -> LaunchResult:
@@ -97,8 +115,12 @@ def _workers(agents: LaunchResult, containment: Containment, plan: TorchrunPlan,
     tried = [a for a in range(plan.max_restarts + 1) if any(streams(a))] or [0]
     attempts = [streams(a) for a in range(tried[-1] + 1)]
     hung = bool(agents.hung)
+    exits = _worker_exits(channel, plan.nodes)
     outcomes = [
-        [_worker_outcome(r, events, outputs[a, r], hung) for r, events in enumerate(streams_of_attempt)]
+        [
+            _worker_outcome(r, events, exits.get((a, r)), (a, r) == (0, plan.fault_rank), outputs[a, r], hung)
+            for r, events in enumerate(streams_of_attempt)
+        ]
         for a, streams_of_attempt in enumerate(attempts)
     ]
     last = outcomes[-1]

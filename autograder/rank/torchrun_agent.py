@@ -7,10 +7,16 @@ It enters the run's sandbox as slot NODE, then runs torchrun's own agent
 restarts them all when one dies. Each worker runs
 autograder.rank.torchrun_worker, which installs the probes and runs the
 student's file as `python FILE` would.
+
+How each worker ended is the agent's to say, not the worker's: once torchrun
+is done, the agent records every worker's exit status as it reaped it
+(`worker_exit`), on a records stream it opened before any worker started,
+from a process the workers (the same user) cannot reach into.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 
@@ -20,6 +26,37 @@ from .spec import TorchrunPlan
 PLAN_VARIABLE = "DDP_GRADER_TORCHRUN_PLAN"  # the plan, for the workers
 NODE_VARIABLE = "DDP_GRADER_NODE"  # the sandbox slot of the agent that started a worker
 MONITOR_INTERVAL_S = "0.1"  # how often the agent looks at its workers: a lost worker is seen at once
+_PR_SET_DUMPABLE = 4
+
+
+class WorkerExits:
+    """Every worker the agent started (its attempt, its global rank, its
+    process), for their exit statuses once the agent is done."""
+
+    def __init__(self):
+        self.started: list[tuple[int, int, object]] = []
+
+    def install(self) -> None:
+        from torch.distributed.elastic.multiprocessing.subprocess_handler import subprocess_handler
+
+        original_popen, started = subprocess_handler.SubprocessHandler._popen, self.started
+
+        def _popen(self, args, env):
+            process = original_popen(self, args, env)
+            started.append((int(env.get("TORCHELASTIC_RESTART_COUNT", "0")), int(env["RANK"]), process))
+            return process
+
+        subprocess_handler.SubprocessHandler._popen = _popen
+
+    def record(self, state) -> None:
+        for attempt, rank, process in self.started:
+            state.record("worker_exit", attempt=attempt, worker=rank, exit_code=process.poll())
+
+
+def _out_of_reach() -> None:
+    """No process of the same user may trace this one or take its files
+    (ptrace, /proc/PID/mem, pidfd_getfd): the workers cannot write on its stream."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
 def torchrun_arguments(plan: TorchrunPlan, node: int) -> list[str]:
@@ -45,7 +82,9 @@ def run(plan: TorchrunPlan, node: int) -> None:
     isolate(spec)  # the grader kills this process's group; the workers die with it
     state = open_channels(spec, node)
     enter_sandbox(spec, node, state)
-    state.close()  # the agent itself records nothing: its workers do
+    _out_of_reach()
+    exits = WorkerExits()
+    exits.install()
     for name in (*TORCHRUN_VARIABLES, "MASTER_ADDR", "MASTER_PORT"):
         os.environ.pop(name, None)
     os.environ[PLAN_VARIABLE] = plan.to_json()
@@ -60,6 +99,8 @@ def run(plan: TorchrunPlan, node: int) -> None:
         code = 0 if error.code in (None, 0) else 1
     except BaseException:  # ChildFailedError: the workers failed on every attempt
         code = 1
+    exits.record(state)
+    state.close()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -113,12 +113,14 @@ EVENTS: dict[str, dict[str, Shape]] = {
     },
     # What reached the trained model's forward in training (probes/inputs.py):
     # the dataset indices of each pass over a DataLoader with a
-    # DistributedSampler (`epoch` is the sampler's set_epoch number), and, at
-    # the end, the rows from a DataLoader without one or from no DataLoader.
+    # DistributedSampler (`epoch` is the sampler's set_epoch number), and those
+    # that reached a forward outside training (`evaluated`); at the end, the
+    # rows from a DataLoader without one or from no DataLoader.
     "model_fed": {
         "sampler": integer(-1),
         "epoch": integer(),
         "indices": list_of(integer()),
+        "evaluated": list_of(integer()),
         "finished": flag(),
         "batch_size": optional(integer()),
         "drop_last": flag(),
@@ -127,14 +129,14 @@ EVENTS: dict[str, dict[str, Shape]] = {
     # model (probes/ddp.py, probes/training.py, probes/gradients.py)
     "ddp_created": {"devices": optional(list_of(text()))},
     "ddp_forward_calls": {"calls": dict_of(integer())},
-    # The gradient of the first step: this rank's own (what its backward
-    # produced) and the one the optimizer applied (after any averaging).
-    "first_step": {
-        "parameters": integer(),
-        "parameters_in_ddp": integer(),
-        "fingerprint": FINGERPRINT,
-        "local_gradient": FINGERPRINT,
+    "first_step": {"parameters": integer(), "parameters_in_ddp": integer(), "fingerprint": FINGERPRINT},
+    # The gradient of a sampled step: this rank's own (what its backwards
+    # produced), the one the optimizer applied (after any averaging), and the
+    # constant factor each backward's loss was scaled by.
+    "step_gradients": {
+        "own_gradient": FINGERPRINT,
         "applied_gradient": FINGERPRINT,
+        "loss_scales": list_of(number()),
     },
     "snapshot": {"fingerprint": FINGERPRINT},
     # Steps whose gradients DDP's reducer averaged (a DDP forward in
@@ -168,6 +170,8 @@ EVENTS: dict[str, dict[str, Shape]] = {
     # torchrun's workers (rank/torchrun_worker.py, probes/snapshot.py, probes/spawn_guard.py)
     "torchrun_worker": {"attempt": integer(), "node": integer(), "local_rank": integer(), "world_size": integer()},
     "fault_injected": {"passes": integer()},
+    # A worker's exit status as its torchrun agent reaped it (negative: the signal that killed it).
+    "worker_exit": {"attempt": integer(), "worker": integer(), "exit_code": optional(integer())},
     "spawn_in_worker": {"function": text()},
     # A snapshot as it was on disk right after torch.save: content hashes of its
     # model and optimizer states (None: not in it), its epoch, and why its model

@@ -21,17 +21,19 @@ EVALUATE_HINT = (
 
 
 def _test_shard(r: RankRecords, samples: int) -> list[int] | None:
-    """The indices a DistributedSampler over a data set of the test set's size handed this rank, in its last pass."""
+    """The test set's indices the model evaluated on this rank, in its last whole pass over a DataLoader
+    with a DistributedSampler over a data set of the test set's size; None if it had no such pass."""
     samplers = {s["sampler"] for s in r.all("sampler") if (s["dataset"] or {}).get("length") == samples}
-    passes = [e for e in r.all("sampler_epoch") if e["sampler"] in samplers and e["finished"]]
-    return passes[-1]["indices"] if passes else None
+    passes = [e for e in r.all("model_fed") if e["sampler"] in samplers and e["finished"]]
+    return passes[-1]["evaluated"] if passes else None
 
 
 @check("distributed_eval", "The test set is evaluated across the ranks", 2, EVALUATION_CHANGE)
 def distributed_eval(run: RunRecords) -> Outcome:
-    """Passes when every rank evaluated its own share of the test set (a `DistributedSampler` over it, the
-    shares together covering it) and `main` returned the same accuracy on every rank: the trained model's
-    accuracy on the whole test set, within one sample, as the grader measures it (MNIST only)."""
+    """Passes when every rank evaluated the model on its own share of the test set (the images a
+    `DistributedSampler` over it handed out reached the model, the shares together covering it) and `main`
+    returned the same accuracy on every rank: the trained model's accuracy on the whole test set, within one
+    sample, as the grader measures it (MNIST only)."""
     if not run.all_finished:
         return cannot_confirm(run, "the evaluation on the test set")
     measured = run.ranks[0].first("grader_evaluation")
@@ -54,6 +56,14 @@ def distributed_eval(run: RunRecords) -> Outcome:
             f"{samples} test images: every rank repeated the whole evaluation.",
             EVALUATE_HINT,
             unsharded[0],
+        )
+    unevaluated = [r.rank for r, shard in zip(run.ranks, shards, strict=True) if not shard]
+    if unevaluated:
+        return failed(
+            f"{ranks_text(unevaluated).capitalize()} went through the test set's DistributedSampler, but the "
+            "model was evaluated on none of the images it handed out.",
+            f"Evaluate the model on the batches of that DataLoader: for x, y in test_loader: model(x). {EVALUATE_HINT}",
+            unevaluated[0],
         )
     if set().union(*shards) != set(range(samples)) or any(len(s) != ceil(samples / run.world_size) for s in shards):
         return failed(

@@ -102,16 +102,65 @@ def _unsynced(run: RunRecords) -> Outcome | None:
     return None
 
 
+def _sampled_gradients(run: RunRecords) -> list[tuple[int, list[dict]]]:
+    """(step, each rank's gradients of it) at every sampled step all the ranks recorded."""
+    by_step = [{e["step"]: e for e in r.all("step_gradients")} for r in run.ranks]
+    common = sorted(set.intersection(*(set(s) for s in by_step))) if by_step else []
+    return [(step, [s[step] for s in by_step]) for step in common]
+
+
+def _loss_over_world_size(gradients: dict, world_size: int) -> bool:
+    """The rank's backwards of the step scaled its loss by 1 / world size in all (by 1 / (k * world size)
+    each, over k backwards of accumulated gradients)."""
+    scales = gradients["loss_scales"]
+    return (
+        world_size > 1
+        and len(set(scales)) == 1
+        and math.isclose(scales[0] * len(scales) * world_size, 1.0, rel_tol=1e-6)
+    )
+
+
 def _not_averaged(run: RunRecords) -> Outcome | None:
-    """The first step's applied gradient, against the mean of the ranks' own gradients."""
-    steps = [r.first("first_step") for r in run.ranks]
-    if any(s is None or not s["local_gradient"] or not s["applied_gradient"] for s in steps):
+    """The first sampled step whose applied gradient is not the mean of the ranks' own ones."""
+    earlier: tuple[int, list[dict]] | None = None
+    for step, gradients in _sampled_gradients(run):
+        # Gradients left from the step before (no zero_grad) add to this one's: the averaging is judged alone.
+        left = [g["applied_gradient"] for g in earlier[1]] if earlier and earlier[0] == step - 1 else None
+        if left and len({len(g) for g in left + [g["own_gradient"] for g in gradients]}) != 1:
+            left = None
+        problem = _step_not_averaged(step, gradients, left, run.world_size)
+        if problem:
+            return problem
+        earlier = step, gradients
+    return None
+
+
+def _step_not_averaged(step: int, gradients: list[dict], left: list | None, world_size: int) -> Outcome | None:
+    own = [g["own_gradient"] for g in gradients]
+    applied = [g["applied_gradient"] for g in gradients]
+    if not all(own + applied) or len({len(g) for g in own + applied}) != 1:
         return None
-    own = [s["local_gradient"] for s in steps]
-    applied = [s["applied_gradient"] for s in steps]
-    if len({len(g) for g in own + applied}) != 1:
+
+    def all_close_to(target) -> bool:
+        return all(relative_distance(a, target) <= GRADIENT_TOLERANCE for a in applied)
+
+    # A loss divided by the world size gives a gradient that much smaller: summed over the ranks, it is the mean.
+    scaled = [_loss_over_world_size(g, world_size) for g in gradients]
+    contributions = [[x * world_size for x in g] if s else g for g, s in zip(own, scaled, strict=True)]
+    mean = [sum(values) / len(own) for values in zip(*contributions, strict=True)]
+    own_mean = [sum(values) / len(own) for values in zip(*own, strict=True)]
+    if left and all(
+        relative_distance(a, [m + x for m, x in zip(mean, before, strict=True)]) <= GRADIENT_TOLERANCE
+        for a, before in zip(applied, left, strict=True)
+    ):
         return None
-    mean = [sum(values) / len(own) for values in zip(*own, strict=True)]
+    if any(scaled) and all_close_to(own_mean):
+        return failed(
+            f"Every rank divided its loss by the world size, and the gradients were averaged as well, so each "
+            f"step was {world_size} times smaller than the mean gradient.",
+            "Divide the loss by the world size only if you sum the gradients yourself: DDP already averages them. "
+            "Drop the division.",
+        )
     wrong = [
         r
         for r, a in enumerate(applied)
@@ -119,14 +168,10 @@ def _not_averaged(run: RunRecords) -> Outcome | None:
     ]
     if not wrong:
         return None
-
-    def all_close_to(target) -> bool:
-        return all(relative_distance(a, target) <= GRADIENT_TOLERANCE for a in applied)
-
     fix = (
         "Average the gradients over all ranks: let DDP do it, or all_reduce each gradient and divide by the world size."
     )
-    if all_close_to([value * len(own) for value in mean]):
+    if all_close_to([value * len(own) for value in own_mean]):
         return failed(
             "Every rank applied the sum of the ranks' gradients, not their mean.",
             "After all_reduce(grad), divide by the world size: grad /= world_size (DDP does this for you).",
@@ -141,8 +186,9 @@ def _not_averaged(run: RunRecords) -> Outcome | None:
     if all(relative_distance(a, o) <= GRADIENT_TOLERANCE for a, o in zip(applied, own, strict=True)):
         return failed("Each rank applied its own gradient: nothing averaged the gradients over the ranks.", fix)
     rank = wrong[0]
+    when = "its first step" if step == 0 else f"step {step + 1}"
     return failed(
-        f"The gradient rank {rank} applied in its first step is not the mean of the ranks' gradients "
+        f"The gradient rank {rank} applied in {when} is not the mean of the ranks' gradients "
         f"(relative distance {relative_distance(applied[rank], mean):.1e}).",
         fix,
         rank,
@@ -162,8 +208,9 @@ def _scaled_down(applied: list[float], mean: list[float]) -> bool:
 @check("weights_in_sync", "Weights equal on every rank", 2, "Change 3")
 def weights_in_sync(run: RunRecords) -> Outcome:
     """Passes when every step's gradients were averaged over the ranks (by DDP, or by an `all_reduce` of the
-    gradients), the first step applied the mean of the ranks' own gradients (not one rank's, not their sum), and
-    the parameters are equal across ranks at sampled steps and after training."""
+    gradients), every sampled step applied the mean of the ranks' own gradients (not one rank's, not their sum;
+    a sum of gradients of losses divided by the world size is their mean), and the parameters are equal across
+    ranks at sampled steps and after training."""
     compared = weight_spread(run)
     for step, spread in compared:
         if spread > SYNC_TOLERANCE:

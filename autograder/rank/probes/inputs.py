@@ -2,13 +2,16 @@
 
 A sampler can be asked for indices that are never used, or yield more than
 its share. So each batch a DataLoader yields is tied to the dataset indices
-it was made from, row by row, through a key of each row's bytes; and the
-input of every training forward (gradients on, model in train mode, a module
-with parameters called from outside any other module) is looked up by the
-same keys. What the model was fed is then known by index, per pass over a
-DataLoader with a DistributedSampler (a `model_fed` event as each pass ends,
-so a rank that hangs later keeps its finished epochs), and so are the rows
-it was fed that no such DataLoader produced (`model_inputs`, at the end).
+it was made from, row by row: the batch's tensor is tagged with them, and so
+is whatever is computed from it on the way to the model (provenance.py), and
+each row is also keyed by its bytes, for a batch that reaches the model
+untagged. The input of every training forward (gradients on, model in train
+mode, a module with parameters called from outside any other module) is
+looked up by its tag, else by its keys. What the model was fed is then known
+by index, per pass over a DataLoader with a DistributedSampler (a `model_fed`
+event as each pass ends, so a rank that hangs later keeps its finished
+epochs), and so are the rows it was fed that no such DataLoader produced
+(`model_inputs`, at the end).
 """
 
 import collections
@@ -19,6 +22,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _MultiProcessingDataLoaderIter
 from torch.utils.data.distributed import DistributedSampler
 
+from .provenance import Provenance, Rows
 from .state import Probe, RankState
 
 MAX_WAITING_ROWS = 500_000  # loaded, not yet fed: beyond this, rows are not tracked (memory)
@@ -42,13 +46,32 @@ def row_keys(batch: torch.Tensor) -> list[int]:
     return ((words * _weights[key]).sum(dim=1) + width).tolist()
 
 
-def _first_tensor(item):
+def _first_place(item):
+    """Where the batch's first tensor is: the batch itself (True), a key or a position, or None."""
     if isinstance(item, torch.Tensor):
+        return True
+    if isinstance(item, (list, tuple, dict)):
+        places = item if isinstance(item, dict) else range(len(item))
+        return next((p for p in places if isinstance(item[p], torch.Tensor)), None)
+    return None
+
+
+def _first_tensor(item):
+    place = _first_place(item)
+    return None if place is None else item if place is True else item[place]
+
+
+def _with_first_tensor(item, tensor):
+    """The batch with `tensor` in place of its first tensor; None for a batch of another kind."""
+    place = _first_place(item)
+    if place is True:
+        return tensor
+    if isinstance(item, (list, dict)):  # the DataLoader made it for this batch: changed in place
+        item[place] = tensor
         return item
-    if isinstance(item, dict):
-        item = list(item.values())
-    if isinstance(item, (list, tuple)):
-        return next((x for x in item if isinstance(x, torch.Tensor)), None)
+    if isinstance(item, tuple):
+        values = [tensor if p == place else v for p, v in enumerate(item)]
+        return type(item)._make(values) if hasattr(item, "_fields") else type(item)(values)
     return None
 
 
@@ -64,12 +87,42 @@ def _sampler_of(loader):
 @dataclass(eq=False)
 class LoaderPass:
     """One pass over a DataLoader: its epoch entry (None without a
-    DistributedSampler), the indices of the batches it is about to yield,
-    and the keys of the rows it yielded."""
+    DistributedSampler), the indices of the batches it is about to yield
+    (in order; or, from worker processes, by the number each batch was sent
+    under, as they may arrive in any order), and the batches it yielded."""
 
     entry: dict | None
     batches: collections.deque = field(default_factory=collections.deque)
-    keys: list = field(default_factory=list)
+    sent: dict = field(default_factory=dict)
+    yielded: list[Rows] = field(default_factory=list)
+    ended: bool = False
+
+
+def _number_batches_from_workers() -> None:
+    """Worker processes may hand batches back in any order (in_order=False):
+    note, for the batch about to be yielded, the number it was sent under."""
+    original_get_data = _MultiProcessingDataLoaderIter._get_data
+    original_process_data = _MultiProcessingDataLoaderIter._process_data
+
+    def _get_data(self):
+        received = original_get_data(self)  # (the number it was sent under, the batch)
+        if isinstance(received, tuple) and len(received) == 2:
+            self.__dict__.setdefault("_grader_arrived", {})[id(received[1])] = received[0]
+        return received
+
+    def _process_data(self, data, worker_idx):
+        self._grader_yielding = self.__dict__.get("_grader_arrived", {}).pop(id(data), None)
+        return original_process_data(self, data, worker_idx)
+
+    _MultiProcessingDataLoaderIter._get_data = _get_data
+    _MultiProcessingDataLoaderIter._process_data = _process_data
+
+
+def _yielded_indices(iterator, loader_pass: LoaderPass):
+    """The dataset indices of the batch the iterator is yielding."""
+    if isinstance(iterator, _MultiProcessingDataLoaderIter):
+        return loader_pass.sent.pop(getattr(iterator, "_grader_yielding", None), None)
+    return loader_pass.batches.popleft() if loader_pass.batches else None
 
 
 class InputsProbe(Probe):
@@ -77,10 +130,11 @@ class InputsProbe(Probe):
         super().__init__(state)
         self.unrecorded: list[dict] = []  # passes with a DistributedSampler, not yet recorded
         self.counts = {"plain_rows": 0, "unmatched_rows": 0, "rows": 0}
-        # row key -> (the pass it came from, dataset index): loaded, not yet fed
+        # row key -> (the batch it came from, its position there): loaded, not yet fed
         self.waiting: dict[int, collections.deque] = {}
         self.fed_keys: set[int] = set()
         self.depth = 0  # modules being called: only the outermost module's input is what the model was fed
+        self.provenance = Provenance(state.guarded)
 
     def install(self) -> None:
         self._wrap_loader_iterators()
@@ -105,7 +159,10 @@ class InputsProbe(Probe):
             indices = original_next_index(self)
             loader_pass = getattr(self, "_grader_pass", None)
             if loader_pass is not None:
-                loader_pass.batches.append(indices)
+                if isinstance(self, _MultiProcessingDataLoaderIter):
+                    loader_pass.sent[self._send_idx] = indices
+                else:
+                    loader_pass.batches.append(indices)
             return indices
 
         def __next__(self):
@@ -116,14 +173,19 @@ class InputsProbe(Probe):
                 if loader_pass is not None:
                     guarded(probe.end_pass, loader_pass)
                 raise
-            if loader_pass is not None:
-                guarded(probe.remember, loader_pass, batch)
-            return batch
+            if loader_pass is None:
+                return batch
+            indices = _yielded_indices(self, loader_pass)
+            with probe.provenance.unseen():
+                pinned = bool(getattr(self, "_pin_memory", False))
+                tagged = guarded(probe.remember, loader_pass, batch, indices, pinned)
+            return batch if tagged is None else tagged
 
         _BaseDataLoaderIter.__init__ = __init__
         _MultiProcessingDataLoaderIter._reset = _reset
         _BaseDataLoaderIter._next_index = _next_index
         _BaseDataLoaderIter.__next__ = __next__
+        _number_batches_from_workers()
 
     def start_pass(self, iterator, loader) -> None:
         sampler = _sampler_of(loader)
@@ -135,6 +197,7 @@ class InputsProbe(Probe):
                 "sampler": getattr(sampler, "_grader_id", -1),
                 "epoch": int(sampler.epoch),
                 "indices": [],
+                "evaluated": [],
                 "finished": False,
                 "batch_size": loader.batch_size,
                 "drop_last": bool(loader.drop_last),
@@ -142,65 +205,111 @@ class InputsProbe(Probe):
             self.unrecorded.append(entry)
         iterator._grader_pass = LoaderPass(entry)
 
-    def remember(self, loader_pass: LoaderPass, batch) -> None:
-        """Tie the rows of a batch the DataLoader yielded to their dataset indices."""
-        indices = loader_pass.batches.popleft() if loader_pass.batches else None
+    def remember(self, loader_pass: LoaderPass, batch, indices, pinned: bool):
+        """Tie the rows of a batch the DataLoader yielded to their dataset
+        indices: by their keys, and by a tag on a copy of the batch's tensor
+        that only the student's code holds (nothing else can change it
+        unseen). Returns the batch to yield."""
         rows = _batch_rows(batch)
         if rows is None or not isinstance(indices, list) or len(indices) != rows.shape[0]:
-            return
+            return batch
         try:
             indices = [int(i) for i in indices]
         except (TypeError, ValueError):  # an iterable dataset's batches have no indices
-            return
+            return batch
         if len(self.waiting) > MAX_WAITING_ROWS:
-            return
+            return batch
         keys = row_keys(rows)
-        loader_pass.keys.extend(keys)
-        for key, index in zip(keys, indices, strict=True):
-            self.waiting.setdefault(key, collections.deque()).append((loader_pass, index))
+        yielded = Rows(loader_pass, indices, keys)
+        loader_pass.yielded.append(yielded)
+        for position, key in enumerate(keys):
+            self.waiting.setdefault(key, collections.deque()).append((yielded, position))
+        copy = rows.clone()
+        tagged = _with_first_tensor(batch, copy.pin_memory() if pinned else copy)
+        if tagged is not None:
+            self.provenance.tag(_first_tensor(tagged), yielded)
+            self.provenance.watch()
+        return tagged
 
     def end_pass(self, loader_pass: LoaderPass) -> None:
         """The pass is over, and a loop feeds each batch before it asks for the
         next: what it loaded and the model was not fed never will be."""
-        for key in loader_pass.keys:
-            queue = self.waiting.get(key)
-            if queue:
-                kept = collections.deque(item for item in queue if item[0] is not loader_pass)
-                if kept:
-                    self.waiting[key] = kept
-                else:
-                    del self.waiting[key]
-        loader_pass.keys.clear()
+        for yielded in loader_pass.yielded:
+            for key in yielded.keys:
+                queue = self.waiting.get(key)
+                if queue:
+                    kept = collections.deque(item for item in queue if item[0].loader_pass is not loader_pass)
+                    if kept:
+                        self.waiting[key] = kept
+                    else:
+                        del self.waiting[key]
+        loader_pass.yielded.clear()
+        loader_pass.ended = True
         if loader_pass.entry is not None:
             loader_pass.entry["finished"] = True
             self.record_passes(loader_pass.entry["sampler"])
 
     def _before_forward(self, module, args) -> None:
         self.depth += 1
-        if self.depth == 1 and module.training and torch.is_grad_enabled():
+        if self.depth == 1 and next(module.parameters(), None) is not None:
+            self.provenance.rest()  # the batch has reached a model
             rows = _batch_rows(args)
-            if rows is not None and next(module.parameters(), None) is not None:
-                self.state.guarded(self.feed, rows)
+            if rows is not None:
+                feed = self.feed if module.training and torch.is_grad_enabled() else self.evaluate
+                with self.provenance.unseen():
+                    self.state.guarded(feed, rows)
 
     def _after_forward(self, _module, _args, _output) -> None:
         self.depth -= 1
 
     def feed(self, rows: torch.Tensor) -> None:
-        """The rows of a training forward's input: by their keys, the indices they came from."""
+        """The rows of a training forward's input: by their tag, or else by
+        their keys, the indices they came from."""
+        origin = self.provenance.origin(rows)
+        if isinstance(origin, Rows) and not origin.loader_pass.ended:
+            self.counts["rows"] += origin.size
+            for position, key in enumerate(origin.keys):
+                if position not in origin.fed:  # a batch fed again (a second forward) brings no new rows
+                    queue = self.waiting[key]
+                    queue.remove((origin, position))
+                    if not queue:
+                        del self.waiting[key]
+                    self.count_fed(origin, position)
+            return
         for key in row_keys(rows):
             self.counts["rows"] += 1
             queue = self.waiting.get(key)
             if queue:
-                loader_pass, index = queue.popleft()
+                yielded, position = queue.popleft()
                 if not queue:
                     del self.waiting[key]
-                self.fed_keys.add(key)
-                if loader_pass.entry is None:
-                    self.counts["plain_rows"] += 1
-                else:
-                    loader_pass.entry["indices"].append(index)
+                self.count_fed(yielded, position)
             elif key not in self.fed_keys:  # a row fed again (a second forward on a batch) is not a new row
                 self.counts["unmatched_rows"] += 1
+
+    def evaluate(self, rows: torch.Tensor) -> None:
+        """The rows of a forward outside training (an evaluation): the indices
+        they came from, noted without using them up, so a batch evaluated and
+        then trained on is still fed."""
+        origin = self.provenance.origin(rows)
+        if isinstance(origin, Rows) and not origin.loader_pass.ended:
+            found = [(origin, position) for position in range(origin.size)]
+        else:
+            found = [self.waiting[key][0] for key in row_keys(rows) if key in self.waiting]
+        for yielded, position in found:
+            entry = yielded.loader_pass.entry
+            if position not in yielded.evaluated and entry is not None:
+                yielded.evaluated.add(position)
+                entry["evaluated"].append(yielded.indices[position])
+
+    def count_fed(self, yielded: Rows, position: int) -> None:
+        yielded.fed.add(position)
+        self.fed_keys.add(yielded.keys[position])
+        entry = yielded.loader_pass.entry
+        if entry is None:
+            self.counts["plain_rows"] += 1
+        else:
+            entry["indices"].append(yielded.indices[position])
 
     def record_passes(self, sampler: int | None = None) -> None:
         """Record the passes not yet recorded: those over one sampler, or all."""

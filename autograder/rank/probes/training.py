@@ -1,20 +1,16 @@
 """Probe: optimizer steps, the loss of each backward pass, snapshots of the
 parameters (as fingerprints) at sampled steps and at the end, and how each
-step's gradients were synchronised (gradients.py)."""
+step's gradients were synchronised and what the sampled steps applied
+(gradients.py)."""
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from . import ddp, fingerprint
 from .gradients import GradientsProbe
-from .state import Probe, RankState
+from .state import Probe, RankState, is_sampled_step
 
 MAX_LOSSES = 5000
-
-
-def _is_snapshot_step(step: int) -> bool:
-    """Every early step, then every tenth: enough to draw the spread over time."""
-    return step <= 20 or step % 10 == 0
 
 
 def _params(optimizer):
@@ -36,11 +32,13 @@ class TrainingProbe(Probe):
         guarded = self.state.guarded
         register_optimizer_step_pre_hook(lambda *a: guarded(self.before_step, *a))
         register_optimizer_step_post_hook(lambda *a: guarded(self.after_step, *a))
-        original_backward, losses, state = torch.Tensor.backward, self.losses, self.state
+        original_backward, losses, state, gradients = torch.Tensor.backward, self.losses, self.state, self.gradients
 
         def backward(self, *args, **kwargs):
-            if self.numel() == 1 and len(losses) < MAX_LOSSES:
-                losses.append((state.steps, float(self.detach())))
+            if self.numel() == 1:
+                if len(losses) < MAX_LOSSES:
+                    losses.append((state.steps, float(self.detach())))
+                guarded(gradients.backward_started, self)
             return original_backward(self, *args, **kwargs)
 
         torch.Tensor.backward = backward
@@ -49,25 +47,24 @@ class TrainingProbe(Probe):
         if self.optimizer_id is None:
             self.optimizer_id, self.params = id(optimizer), _params(optimizer)
             wrapped = ddp.wrapped_parameter_ids(self.state)
-            own, applied = self.gradients.first_step_gradients(self.params)
             self.state.record(
                 "first_step",
                 parameters=len(self.params),
                 parameters_in_ddp=sum(id(p) in wrapped for p in self.params),
                 fingerprint=fingerprint.parameters(self.params),
-                local_gradient=own,
-                applied_gradient=applied,
             )
         if self.optimizer_id == id(optimizer):
             how = self.gradients.step_sync(self.params)
             if how:
                 self.synced_steps[how] += 1
+            if is_sampled_step(self.state.steps + 1):
+                self.state.record("step_gradients", **self.gradients.step_gradients(self.params))
 
     def after_step(self, optimizer, _args, _kwargs) -> None:
         if self.optimizer_id != id(optimizer):
             return
         self.state.steps += 1
-        if _is_snapshot_step(self.state.steps):
+        if is_sampled_step(self.state.steps):
             self.state.record("snapshot", fingerprint=fingerprint.parameters(self.params))
 
     def finish(self) -> None:
