@@ -10,15 +10,20 @@ student's file as `python FILE` would.
 
 How each worker ended is the agent's to say, not the worker's: once torchrun
 is done, the agent records every worker's exit status as it reaped it
-(`worker_exit`), on a records stream it opened before any worker started,
-from a process the workers (the same user) cannot reach into.
+(`worker_exit`), on a records stream it opened before any worker started.
+The workers (the same user) cannot trace the agent, and the one thing of
+theirs it reads that could carry code, the rendezvous state in the store
+they share (torchrun pickles it), is read as rendezvous state and nothing else.
 """
 
 from __future__ import annotations
 
 import ctypes
+import io
 import os
+import pickle
 import sys
+import types
 
 from .runner import TORCHRUN_VARIABLES, enter_sandbox, isolate, open_channels
 from .spec import TorchrunPlan
@@ -53,6 +58,33 @@ class WorkerExits:
             state.record("worker_exit", attempt=attempt, worker=rank, exit_code=process.poll())
 
 
+class RendezvousStateOnly(pickle.Unpickler):
+    """Unpickles torchrun's rendezvous state, and refuses any other class or
+    function: a worker may write that state, and a pickle can run code."""
+
+    ALLOWED = {
+        ("torch.distributed.elastic.rendezvous.dynamic_rendezvous", "_RendezvousState"),
+        ("torch.distributed.elastic.rendezvous.dynamic_rendezvous", "_NodeDesc"),
+        ("datetime", "datetime"),
+        ("datetime", "timezone"),
+        ("datetime", "timedelta"),
+    }
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in self.ALLOWED:
+            raise pickle.UnpicklingError(f"{module}.{name} is not part of a rendezvous state")
+        return super().find_class(module, name)
+
+
+def _read_rendezvous_state_only() -> None:
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    def loads(data: bytes):
+        return RendezvousStateOnly(io.BytesIO(data)).load()
+
+    dynamic_rendezvous.pickle = types.SimpleNamespace(dumps=pickle.dumps, loads=loads, PickleError=pickle.PickleError)
+
+
 def _out_of_reach() -> None:
     """No process of the same user may trace this one or take its files
     (ptrace, /proc/PID/mem, pidfd_getfd): the workers cannot write on its stream."""
@@ -83,6 +115,7 @@ def run(plan: TorchrunPlan, node: int) -> None:
     state = open_channels(spec, node)
     enter_sandbox(spec, node, state)
     _out_of_reach()
+    _read_rendezvous_state_only()
     exits = WorkerExits()
     exits.install()
     for name in (*TORCHRUN_VARIABLES, "MASTER_ADDR", "MASTER_PORT"):
