@@ -146,3 +146,33 @@ SCALES = {
 @pytest.mark.parametrize(("scaled", "expected"), SCALES.values(), ids=SCALES)
 def test_the_loss_scale_is_the_constant_factor_before_the_backward(scaled, expected):
     assert loss_scale(scaled(LOSS)) == pytest.approx(expected)
+
+
+def test_a_tensor_without_plain_storage_on_the_way_is_no_error():
+    """A sparse tensor has no storage to watch: what comes of it is not followed (and the probe does not fail)."""
+    assert followed(lambda x: x + torch.zeros(x.shape).to_sparse().to_dense()) is None
+    assert followed(lambda x: (x.to_sparse() * 2).to_dense()) is None
+
+
+def test_an_escape_is_of_the_memory_not_of_its_address_later():
+    """A batch handed to numpy (a plot of the first batch, say) is not followed; a later batch that the
+    allocator puts at the same address is."""
+    provenance = Provenance(_raising)
+    first = torch.rand(8, 16)
+    provenance.tag_copy(first, Rows(loader_pass=None, indices=list(range(8)), keys=[0] * 8))
+    provenance.watch()
+    try:
+        first.numpy()
+        escaped = (first - 0.5) / 2
+    finally:
+        provenance.rest()
+    assert provenance.origin(escaped) is None
+    later, rows = torch.rand(8, 16), Rows(loader_pass=None, indices=list(range(8)), keys=[0] * 8)
+    provenance.escaped.add(later.untyped_storage().data_ptr())  # as if it were at the first batch's address
+    provenance.tag_copy(later, rows)
+    provenance.watch()
+    try:
+        normalised = (later - 0.5) / 2
+    finally:
+        provenance.rest()
+    assert provenance.origin(normalised) is rows

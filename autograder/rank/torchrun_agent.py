@@ -87,8 +87,12 @@ def _read_rendezvous_state_only() -> None:
 
 def _out_of_reach() -> None:
     """No process of the same user may trace this one or take its files
-    (ptrace, /proc/PID/mem, pidfd_getfd): the workers cannot write on its stream."""
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    (ptrace, /proc/PID/mem, pidfd_getfd): the workers cannot write on its stream.
+    Elsewhere than Linux this does nothing."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def torchrun_arguments(plan: TorchrunPlan, node: int) -> list[str]:

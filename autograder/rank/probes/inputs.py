@@ -227,7 +227,7 @@ class InputsProbe(Probe):
         copy = rows.clone()
         tagged = _with_first_tensor(batch, copy.pin_memory() if pinned else copy)
         if tagged is not None:
-            self.provenance.tag(_first_tensor(tagged), yielded)
+            self.provenance.tag_copy(_first_tensor(tagged), yielded)
             self.provenance.watch()
         return tagged
 

@@ -67,9 +67,13 @@ ESCAPES = frozenset(
 )
 
 
-def _storage(tensor: torch.Tensor) -> int:
+def _storage(tensor: torch.Tensor) -> int | None:
+    """Where the tensor's memory starts; None for one without plain storage (sparse, nested)."""
     with torch._C.DisableTorchFunction():  # the probe's own look is no escape
-        return tensor.untyped_storage().data_ptr()
+        try:
+            return tensor.untyped_storage().data_ptr()
+        except (RuntimeError, NotImplementedError):
+            return None
 
 
 def _tensors(values) -> list[torch.Tensor]:
@@ -97,10 +101,21 @@ class Provenance:
         return torch._C.DisableTorchFunction()
 
     def tag(self, tensor: torch.Tensor, origin) -> None:
-        if tensor.is_inference():  # it keeps no version counter: a change to it could not be seen
-            return
         storage = _storage(tensor)
+        if storage is None or tensor.is_inference():  # no memory of its own, or no version counter: not followed
+            self.tags.pop(tensor, None)
+            return
         self.tags[tensor] = (origin, tensor._version, self.writes.get(storage, 0))
+
+    def tag_copy(self, tensor: torch.Tensor, origin) -> None:
+        """Tag a copy just made: its memory has no past."""
+        self.forget(_storage(tensor))
+        self.tag(tensor, origin)
+
+    def forget(self, storage: int | None) -> None:
+        """Memory newly handed to a tensor has no past: escapes and writes seen at its address were another's."""
+        self.escaped.discard(storage)
+        self.writes.pop(storage, None)
 
     def origin(self, tensor: torch.Tensor):
         """The tensor's Rows, FREE, or None: unknown, or changed since it was tagged."""
@@ -139,9 +154,12 @@ class Provenance:
             return
         # An op that returns None changed its first argument in place (x[mask] = 0, x.data = y).
         outputs = _tensors([result]) if result is not None else _tensors(args[:1])
+        read_storages = {_storage(t) for t, _ in read}
         for tensor in outputs:
-            if any(tensor is t for t, _ in read):  # written in place: every other view of its memory is now stale
-                storage = _storage(tensor)
+            storage = _storage(tensor)
+            if storage not in read_storages:
+                self.forget(storage)  # new memory: what happened at this address before was to another tensor
+            elif any(tensor is t for t, _ in read):  # written in place: every other view of its memory is stale
                 self.writes[storage] = self.writes.get(storage, 0) + 1
         origin = FREE if func in FACTORIES else _combined(read)
         for tensor in outputs:
