@@ -164,6 +164,13 @@ def _autograde(args) -> int:
 
     console = Console(highlight=False)
     course = Path(args.course)
+    if not (args.slurm or args.merge):  # on Slurm, the nodes run the kernels, and nbgrader's log there says why
+        from .nbgrader_ext.kernel import kernel_sandbox_refusal, why_no_kernel_sandbox
+
+        reason = why_no_kernel_sandbox()
+        if reason is not None:
+            console.print(f"[bold red]Cannot autograde here:[/] {escape(kernel_sandbox_refusal(reason))}")
+            return EXIT_FAILED
     progress = ConsoleProgress(console, args.assignment)
     try:
         if args.slurm or args.merge:

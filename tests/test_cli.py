@@ -11,6 +11,7 @@ from conftest import SOLUTIONS, run_cli
 
 from autograder.__main__ import _parser, _run_options, main
 from autograder.exercises import EXERCISES
+from autograder.nbgrader_ext import kernel
 from autograder.schema.run import DEFAULT_OPTIONS, Limits, RunOptions
 
 
@@ -131,3 +132,15 @@ def test_help_names_the_default_timeout_and_world_size(capsys):
     assert main(["check", "--help"]) == 0
     text = capsys.readouterr().out.replace("\n", " ")
     assert "default 120" in text and "default 2" in text
+
+
+def test_autograde_where_the_kernel_cannot_be_sandboxed_says_why_and_what_to_do(tmp_path, capsys, monkeypatch):
+    """An instructor who is not root is told so before nbgrader starts, never left with "Kernel died"."""
+    monkeypatch.setattr(kernel, "why_unavailable", lambda: None)
+    monkeypatch.setattr(kernel, "privileged", lambda: False)
+    assert main(["autograde", "linear_regression", "--course", str(tmp_path)]) == 1
+    said = " ".join(capsys.readouterr().out.split())
+    assert "Cannot autograde here: The autograding kernel cannot run in a sandbox here:" in said
+    assert "the grader does not run as root. Run the autograde as root" in said
+    with pytest.raises(kernel.KernelSandboxUnavailable, match="does not run as root. Run the autograde as root"):
+        kernel.SandboxedKernelManager(kernel_name="python3").format_kernel_cmd()  # nbgrader's own autograde

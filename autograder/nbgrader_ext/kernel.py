@@ -54,6 +54,21 @@ from ..notebook.client import SOCKET_VARIABLE
 from ..schema.run import DEFAULT_LIMITS
 
 KERNEL_UID = UID_BASE - 1  # below every rank's block
+KERNEL_SANDBOX_FIX = "Run the autograde as root (sudo, say): the sandbox gives each student's kernel a user of its own."
+
+
+class KernelSandboxUnavailable(RuntimeError):
+    """Student notebooks cannot be run in the sandbox on this machine, as this user: the message says why and
+    what to do."""
+
+
+def why_no_kernel_sandbox() -> str | None:
+    """None when a student's notebook can run in the sandbox here; else why not, for one line."""
+    return why_unavailable() or (None if privileged() else "the grader does not run as root")
+
+
+def kernel_sandbox_refusal(reason: str) -> str:
+    return f"The autograding kernel cannot run in a sandbox here: {reason}. {KERNEL_SANDBOX_FIX}"
 
 
 class SandboxedKernelManager(KernelManager):
@@ -67,6 +82,10 @@ class SandboxedKernelManager(KernelManager):
         self.connection_file = os.path.join(folder, "kernel.json")
 
     def format_kernel_cmd(self, extra_arguments=None):
+        # Refused here, in nbgrader's process, so its log says why (the kernel's own stderr goes nowhere).
+        reason = why_no_kernel_sandbox()
+        if reason is not None:
+            raise KernelSandboxUnavailable(kernel_sandbox_refusal(reason))
         command = super().format_kernel_cmd(extra_arguments)
         return [sys.executable, "-m", "autograder.nbgrader_ext.kernel", "--", *command]
 
@@ -118,9 +137,9 @@ def run(command: list[str], connection_file: str) -> int:
 
 def main(argv: list[str]) -> int:
     command = argv[argv.index("--") + 1 :]
-    reason = why_unavailable() or (None if privileged() else "the grader does not run as root")
+    reason = why_no_kernel_sandbox()
     if reason is not None:
-        print(f"The autograding kernel cannot run in a sandbox here: {reason}.", file=sys.stderr)
+        print(kernel_sandbox_refusal(reason), file=sys.stderr)
         return 1
     connection_file = command[command.index("-f") + 1]
     return run(command, connection_file)
