@@ -22,6 +22,7 @@ from pathlib import Path
 import mistakes
 import psutil
 import pytest
+import torch  # noqa: F401  its first import asks ldconfig for CUDA's libraries: done here, before any test's guard
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
