@@ -9,18 +9,29 @@ import signal
 import subprocess
 import sys
 
-_PR_SET_PDEATHSIG = 1
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE = 1, 4
 # Time for a warm process to start Python and its imports (torch, nbgrader) on a loaded machine.
 STARTUP_S = 60
+
+
+def _prctl(option: int, value: int) -> None:
+    """Linux's prctl; elsewhere nothing."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def die_with_parent() -> None:
     """Ask Linux to kill this process when its parent dies, so nothing the
     grader started outlives it. Elsewhere this does nothing."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def out_of_reach() -> None:
+    """No process of the same user may trace this one or take its files
+    (ptrace, /proc/PID/mem, pidfd_getfd). Elsewhere than Linux this does nothing."""
+    _prctl(_PR_SET_DUMPABLE, 0)
 
 
 class NoAnswer(RuntimeError):

@@ -18,20 +18,19 @@ they share (torchrun pickles it), is read as rendezvous state and nothing else.
 
 from __future__ import annotations
 
-import ctypes
 import io
 import os
 import pickle
 import sys
 import types
 
+from .._process import out_of_reach
 from .runner import TORCHRUN_VARIABLES, enter_sandbox, isolate, open_channels
 from .spec import TorchrunPlan
 
 PLAN_VARIABLE = "DDP_GRADER_TORCHRUN_PLAN"  # the plan, for the workers
 NODE_VARIABLE = "DDP_GRADER_NODE"  # the sandbox slot of the agent that started a worker
 MONITOR_INTERVAL_S = "0.1"  # how often the agent looks at its workers: a lost worker is seen at once
-_PR_SET_DUMPABLE = 4
 
 
 class WorkerExits:
@@ -85,16 +84,6 @@ def _read_rendezvous_state_only() -> None:
     dynamic_rendezvous.pickle = types.SimpleNamespace(dumps=pickle.dumps, loads=loads, PickleError=pickle.PickleError)
 
 
-def _out_of_reach() -> None:
-    """No process of the same user may trace this one or take its files
-    (ptrace, /proc/PID/mem, pidfd_getfd): the workers cannot write on its stream.
-    Elsewhere than Linux this does nothing."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
-
 def torchrun_arguments(plan: TorchrunPlan, node: int) -> list[str]:
     """torchrun's command line for this node. A c10d rendezvous on the loopback,
     hosted by node 0, as `torchrun --nnodes N --rdzv-endpoint HOST:PORT` on a cluster."""
@@ -118,7 +107,7 @@ def run(plan: TorchrunPlan, node: int) -> None:
     isolate(spec)  # the grader kills this process's group; the workers die with it
     state = open_channels(spec, node)
     enter_sandbox(spec, node, state)
-    _out_of_reach()
+    out_of_reach()  # the workers, the same user, cannot write on its records stream
     _read_rendezvous_state_only()
     exits = WorkerExits()
     exits.install()

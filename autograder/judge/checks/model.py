@@ -122,16 +122,14 @@ def _loss_over_world_size(gradients: dict, world_size: int) -> bool:
 
 def _not_averaged(run: RunRecords) -> Outcome | None:
     """The first sampled step whose applied gradient is not the mean of the ranks' own ones."""
-    earlier: tuple[int, list[dict]] | None = None
+    previous_step, previous_applied = None, []
     for step, gradients in _sampled_gradients(run):
         # Gradients left from the step before (no zero_grad) add to this one's: the averaging is judged alone.
-        left = [g["applied_gradient"] for g in earlier[1]] if earlier and earlier[0] == step - 1 else None
-        if left and len({len(g) for g in left + [g["own_gradient"] for g in gradients]}) != 1:
-            left = None
+        left = previous_applied if previous_step == step - 1 else None
         problem = _step_not_averaged(step, gradients, left, run.world_size)
         if problem:
             return problem
-        earlier = step, gradients
+        previous_step, previous_applied = step, [g["applied_gradient"] for g in gradients]
     return None
 
 
@@ -149,10 +147,7 @@ def _step_not_averaged(step: int, gradients: list[dict], left: list | None, worl
     contributions = [[x * world_size for x in g] if s else g for g, s in zip(own, scaled, strict=True)]
     mean = [sum(values) / len(own) for values in zip(*contributions, strict=True)]
     own_mean = [sum(values) / len(own) for values in zip(*own, strict=True)]
-    if left and all(
-        relative_distance(a, [m + x for m, x in zip(mean, before, strict=True)]) <= GRADIENT_TOLERANCE
-        for a, before in zip(applied, left, strict=True)
-    ):
+    if left and _mean_plus_left(applied, mean, left):
         return None
     if any(scaled) and all_close_to(own_mean):
         return failed(
@@ -192,6 +187,16 @@ def _step_not_averaged(step: int, gradients: list[dict], left: list | None, worl
         f"(relative distance {relative_distance(applied[rank], mean):.1e}).",
         fix,
         rank,
+    )
+
+
+def _mean_plus_left(applied: list[list[float]], mean: list[float], left: list[list[float]]) -> bool:
+    """Each rank applied the mean plus what it applied the step before (its gradients were not zeroed)."""
+    if len({len(g) for g in [mean, *left]}) != 1:
+        return False
+    return all(
+        relative_distance(a, [m + x for m, x in zip(mean, before, strict=True)]) <= GRADIENT_TOLERANCE
+        for a, before in zip(applied, left, strict=True)
     )
 
 
