@@ -7,6 +7,7 @@ gradebook is compared, grade cell by grade cell, with serial nbgrader's.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sqlite3
@@ -17,14 +18,16 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import unprivileged
 from conftest import processes_mentioning
 from sample_grades import TOTAL, expected_score
-from test_kernel_sandbox import kernel_processes
+from test_kernel_sandbox import live_processes_of
 
 from autograder.errors import CannotGrade
 from autograder.nbgrader_ext import class_grading
 from autograder.nbgrader_ext.class_grading import Outcome, autograde, gpu_slots
 from autograder.nbgrader_ext.gradebook import MergeError, merge, scores
+from autograder.nbgrader_ext.kernel import KERNEL_UID
 from tools.demo import copy_course, nbgrader, nbgrader_env, submit
 
 pytestmark = pytest.mark.nbgrader
@@ -137,6 +140,35 @@ def test_parallel_gives_the_gradebook_serial_nbgrader_gives(prepared, graded_in_
     assert {s: found[s, ASSIGNMENT][0] for s in STUDENTS} == EXPECTED
 
 
+def test_an_instructor_who_is_not_root_grades_the_same_and_a_kernel_cheat_gains_nothing(prepared, graded_in_parallel):
+    """On a hub the instructor is an ordinary user: the kernels' sandbox is a user namespace, and the
+    gradebook is root's, cell by cell. mallory, who replaces the grader's require() in her kernel, is
+    there too."""
+    course = Path(shutil.copytree(prepared, unprivileged.folder() / "course"))
+    try:
+        submit(course, "mallory", ASSIGNMENT, SAMPLES / "mallory" / ASSIGNMENT)
+        for inner, dirs, files in os.walk(course.parent):
+            for name in [inner, *(os.path.join(inner, f) for f in dirs + files)]:
+                os.chown(name, unprivileged.NOBODY, unprivileged.NOBODY, follow_symlinks=False)
+        done = unprivileged.run(
+            [sys.executable, "-m", "autograder", "autograde", ASSIGNMENT, "--jobs", "2"],
+            cwd=course,
+            home=course.parent / "home",
+            timeout=900,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        root_graded = graded_in_parallel[0]
+        assert {k: v for k, v in grade_rows(course).items() if k[0] != "mallory"} == grade_rows(root_graded)
+        for student in STUDENTS:
+            assert autograded_cells(course, student) == autograded_cells(root_graded, student)
+        assert scores(course, ["mallory"], [ASSIGNMENT])["mallory", ASSIGNMENT][0] == expected_score(
+            "mallory", ASSIGNMENT
+        )
+        assert not live_processes_of(unprivileged.NOBODY)
+    finally:
+        shutil.rmtree(course.parent, ignore_errors=True)
+
+
 def test_a_rerun_grades_only_what_changed(graded_in_parallel, tmp_path):
     course = Path(shutil.copytree(graded_in_parallel[0], tmp_path / "course"))
     # cy hands in ada's notebook; ada's stays as it was.
@@ -172,7 +204,7 @@ def add_cell(course: Path, student: str, source: str) -> None:
 def class_helpers() -> list:
     """What a class's autograde starts: nbgrader (warm, or not), its kernels, the warm graders and their ranks."""
     return (
-        kernel_processes()
+        live_processes_of(KERNEL_UID)
         + processes_mentioning("--student")
         + processes_mentioning("autograder.nbgrader_ext.warm_nbgrader")
         + processes_mentioning("/ddp-autograde-")  # the jobs' graders: their sockets are in the run's folder

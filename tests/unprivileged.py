@@ -47,7 +47,26 @@ def become_nobody() -> None:
     os.setresuid(NOBODY, NOBODY, NOBODY)
 
 
+def environment(home: Path) -> dict[str, str]:
+    """nobody's: the home given, and the venv's commands (nbgrader) on the PATH."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    return os.environ | {"HOME": str(home), "USER": "nobody", "PATH": path}
+
+
 def run_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     """`python -m autograder ...` as `nobody` runs it."""
-    environment = os.environ | {"HOME": str(cwd / "home"), "USER": "nobody"}
-    return conftest.run_cli(*args, timeout=timeout, cwd=cwd, env=environment, preexec_fn=become_nobody)
+    return conftest.run_cli(*args, timeout=timeout, cwd=cwd, env=environment(cwd / "home"), preexec_fn=become_nobody)
+
+
+def run(command: list[str], cwd: Path, home: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """A command as `nobody` runs it, from `cwd`, with `home` (a folder nobody may write) as its home."""
+    return subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=environment(home),
+        stdin=subprocess.DEVNULL,
+        preexec_fn=become_nobody,
+    )

@@ -5,8 +5,11 @@ starts the usual kernel command under
 
     python -m autograder.nbgrader_ext.kernel -- KERNEL COMMAND...
 
-in the student's autograded folder. That wrapper, as root, gives the kernel
-new mount, network, IPC, UTS and PID namespaces and an unprivileged user:
+in the student's autograded folder. That wrapper gives the kernel new mount,
+network, IPC, UTS and PID namespaces and an unprivileged user: as root, a uid
+of its own (KERNEL_UID); as an instructor who is not root, the only user of a
+user namespace nested in the one that owns the others, which holds nothing
+over them (the rank sandbox's way: autograder/launch/sandbox.py). Either way:
 
 * it sees the student's folder (read-write) and Python, the venv and the
   grader's package (read-only); not the course (`gradebook.db`, `source/`,
@@ -36,6 +39,7 @@ from ..linux import (
     CLONE_NEWNET,
     CLONE_NEWNS,
     CLONE_NEWPID,
+    CLONE_NEWUSER,
     CLONE_NEWUTS,
     MS_NODEV,
     MS_NOEXEC,
@@ -44,17 +48,23 @@ from ..linux import (
     MS_REC,
     be_init,
     become,
+    become_nested,
     cover,
     loopback_up,
     make_rest_read_only,
+    map_user,
     mount,
     unshare,
 )
 from ..notebook.client import SOCKET_VARIABLE
 from ..schema.run import DEFAULT_LIMITS
 
-KERNEL_UID = UID_BASE - 1  # below every rank's block
-KERNEL_SANDBOX_FIX = "Run the autograde as root (sudo, say): the sandbox gives each student's kernel a user of its own."
+KERNEL_UID = UID_BASE - 1  # below every rank's block, when the grader is root
+KERNEL_SANDBOX_FIX = (
+    "Run the autograde as root (sudo, say), or on a machine that lets users make user namespaces"
+    " (sysctl kernel.unprivileged_userns_clone=1, or user.max_user_namespaces above 0):"
+    " the sandbox gives each student's kernel a user of its own."
+)
 
 
 class KernelSandboxUnavailable(RuntimeError):
@@ -63,8 +73,9 @@ class KernelSandboxUnavailable(RuntimeError):
 
 
 def why_no_kernel_sandbox() -> str | None:
-    """None when a student's notebook can run in the sandbox here; else why not, for one line."""
-    return why_unavailable() or (None if privileged() else "the grader does not run as root")
+    """None when a student's notebook can run in the sandbox here (as root, or in a
+    user namespace); else why not, for one line."""
+    return why_unavailable()
 
 
 def kernel_sandbox_refusal(reason: str) -> str:
@@ -107,9 +118,15 @@ def run(command: list[str], connection_file: str) -> int:
     die_with_parent()
     folder, sockets = Path.cwd(), Path(connection_file).parent
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # an interrupt is for the kernel (it reaches the whole group)
-    for writable in (folder, sockets):
-        _chown_tree(writable, KERNEL_UID)
-    unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID)
+    as_root = privileged()
+    if as_root:
+        for writable in (folder, sockets):
+            _chown_tree(writable, KERNEL_UID)
+        unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID)
+    else:  # the instructor's files are root's in here, and the kernel's once it is nested (become_nested)
+        uid, gid = os.geteuid(), os.getegid()
+        unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID)
+        map_user(0, uid, gid)
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     loopback_up()
     cover([*hidden_paths(), *_course_of(folder)], [*kept_paths(), folder, sockets], DEFAULT_LIMITS.tmp_bytes)
@@ -125,7 +142,10 @@ def run(command: list[str], connection_file: str) -> int:
         # pids in it are the ones the kernel's own runs (check()) will see.
         unshare(CLONE_NEWNS)
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        become(KERNEL_UID)
+        if as_root:
+            become(KERNEL_UID)
+        else:
+            become_nested()
         os.chdir(folder)
         os.environ.pop(SOCKET_VARIABLE, None)  # the class's warm grader is nbgrader's, never the student's
         os.execvp(command[0], command)

@@ -10,11 +10,8 @@ import os
 import signal
 from pathlib import Path
 
-from ..linux import CLONE_NEWUSER, MS_NODEV, MS_NOEXEC, MS_NOSUID, become, join_namespace, map_user, mount, unshare
+from ..linux import MS_NODEV, MS_NOEXEC, MS_NOSUID, become, become_nested, join_namespace, mount
 from ..schema.run import Limits, SandboxView
-
-NESTED_UID = 1000  # a rank's uid inside its own user namespace, when the grader is not root
-
 
 RELAYED_SIGNALS = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)  # the stack-dump request among them
 
@@ -76,9 +73,7 @@ def enter(view: SandboxView, rank: int, workdir: str) -> None:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, not a kill
     os.umask(0)  # the ranks are different users, yet may share files as ranks of one user could
     if view.user_namespace:
-        unshare(CLONE_NEWUSER)  # a namespace of the rank's own, where it holds nothing over the run's
-        map_user(NESTED_UID, 0, 0)
-        become(NESTED_UID, keep_groups=True)  # the groups are fixed, by map_user
+        become_nested()  # a namespace of the rank's own, where it holds nothing over the run's
     else:
         become(view.uid_base + rank)
     os.environ.update(GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="lo")
