@@ -59,3 +59,9 @@ c.GenerateFeedback.preprocessors = [
     ClearHiddenTests,
     CSSHTMLHeaderPreprocessor,
 ]
+
+# The exchange (a hub's release, submit, collect and feedback) counts a submission only when the
+# student it names made all of it, and copies it without following a link: a student can hand in
+# neither in another's name nor a link to the course's files (autograder/nbgrader_ext/exchange.py).
+# Its root is the hub's to set (hub/), for every user alike.
+c.ExchangeFactory.collect = "autograder.nbgrader_ext.exchange.OwnedSubmissionsCollect"

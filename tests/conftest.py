@@ -60,7 +60,9 @@ PROCESS_MODULES = frozenset(
     {
         "test_browser",
         "test_class_grading",
+        "test_exchange",  # Unix users running nbgrader
         "test_gpu",
+        "test_hub",
         "test_kernel_sandbox",
         "test_launchers",
         "test_nbgrader",
