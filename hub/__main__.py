@@ -117,19 +117,36 @@ def run_hub(settings: dict, state: Path) -> int:
     return 0 if stopping else hub.returncode
 
 
-def _end_leftovers(settings: dict) -> None:
-    """Whatever the class left running: every process of a student (their accounts are the class's),
-    and of the instructor, what their hub server started (it carries the hub's JUPYTERHUB_USER)."""
-    for name in settings["students"]:
-        subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
+def _class_processes(settings: dict) -> list[int]:
+    """The live processes the class left: every one of a student (their accounts are the class's),
+    and of the instructor, those their hub server started (they carry the hub's JUPYTERHUB_USER)."""
+    students = {pwd.getpwnam(name).pw_uid for name in settings["students"]}
     instructor = pwd.getpwnam(settings["instructor"]).pw_uid
+    found = []
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and entry.stat().st_uid == instructor:
-                if b"\0JUPYTERHUB_USER=" in b"\0" + (entry / "environ").read_bytes():
-                    os.kill(int(entry.name), signal.SIGKILL)
+            if not entry.name.isdigit() or (entry / "stat").read_text().rpartition(")")[2].split()[0] == "Z":
+                continue
+            owner = entry.stat().st_uid
+            if owner in students or (
+                owner == instructor and b"\0JUPYTERHUB_USER=" in b"\0" + (entry / "environ").read_bytes()
+            ):
+                found.append(int(entry.name))
         except OSError:
             pass  # gone meanwhile
+    return found
+
+
+def _end_leftovers(settings: dict) -> None:
+    """Kill what the class left running, and wait until it is gone."""
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while (left := _class_processes(settings)) and time.monotonic() < deadline:
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.1)
 
 
 def _stop_proxy(state: Path) -> None:
