@@ -17,7 +17,11 @@ from nbgrader.preprocessors import ClearHiddenTests, Execute, GetGrades
 
 from autograder.exercises import LEFT_BY_RUNNING
 from autograder.nbgrader_ext.kernel import SandboxedKernelManager
-from autograder.nbgrader_ext.preprocessors import ClearHiddenTestTracebacks, GradeDDPCellsOutOfKernel
+from autograder.nbgrader_ext.preprocessors import (
+    ClearHiddenTestTracebacks,
+    ExecuteLeavingOutLessonDemos,
+    GradeDDPCellsOutOfKernel,
+)
 
 COURSE_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -43,9 +47,16 @@ c.Execute.timeout = 300
 # program the notebook's %%writefile cell holds: right after nbgrader runs the notebook, and
 # before it reads the grades. A cell of the student's that patches the grader in the kernel
 # changes nothing.
+# Cells tagged `lesson-demo` (a lesson's demonstrations: processes, plots) are not run while
+# grading: they grade nothing, and cost each submission the time of the lesson.
 _steps = list(Autograde.class_traits()["autograde_preprocessors"].default())
-_after_execute = _steps.index(Execute) + 1
-c.Autograde.autograde_preprocessors = [*_steps[:_after_execute], GradeDDPCellsOutOfKernel, *_steps[_after_execute:]]
+_execute = _steps.index(Execute)
+c.Autograde.autograde_preprocessors = [
+    *_steps[:_execute],
+    ExecuteLeavingOutLessonDemos,
+    GradeDDPCellsOutOfKernel,
+    *_steps[_execute + 1 :],
+]
 
 # The kernel that runs a student's notebook is sandboxed (autograder/nbgrader_ext/kernel.py): it
 # sees that student's folder only, not gradebook.db, source/ or other students, and nothing it

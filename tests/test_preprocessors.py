@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import nbformat
+import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
+from nbgrader.preprocessors import Execute
 
-from autograder.nbgrader_ext.preprocessors import ClearHiddenTestTracebacks, error_output
+from autograder.nbgrader_ext.preprocessors import (
+    LESSON_DEMO_TAG,
+    NOT_RUN_WHILE_GRADING,
+    ClearHiddenTestTracebacks,
+    ExecuteLeavingOutLessonDemos,
+    error_output,
+)
 
 GRADE_CELL = """from autograder.notebook.grade_cells import require
 require("p.py", "linear_regression", "cleanup")
@@ -58,3 +66,29 @@ def test_a_grade_cell_s_error_holds_the_whole_message_not_only_the_check_s_title
     output = error_output([*lines, "Hint: Fix the error reported above, then check again."])
     assert output.evalue.splitlines()[:3] == lines and output.evalue.endswith("then check again.")
     assert output.traceback[0] == f"CheckFailed: {lines[0]}"
+
+
+@pytest.mark.parametrize(
+    "kind, runs",
+    [
+        ({"grade": False, "solution": False}, False),  # the lesson's demonstration: left out
+        ({"grade": True, "solution": False, "points": 1}, True),  # a test cell a student tagged: runs
+        ({"grade": False, "solution": True}, True),  # an answer cell a student tagged: runs
+    ],
+)
+def test_only_a_lesson_s_tagged_demonstration_is_left_out_of_grading(monkeypatch, kind, runs):
+    ran = []
+    monkeypatch.setattr(
+        Execute, "preprocess_cell", lambda self, cell, resources, index: (ran.append(index), (cell, resources))[1]
+    )
+    cell = new_code_cell("import subprocess; subprocess.run(['sleep', '60'])", metadata={"tags": [LESSON_DEMO_TAG]})
+    cell.metadata["nbgrader"] = {"grade_id": "demo", "locked": True, "schema_version": 3, **kind}
+    untagged = new_code_cell("x = 1")
+    executor = ExecuteLeavingOutLessonDemos()
+    for index, each in enumerate([cell, untagged]):
+        executor.preprocess_cell(each, {}, index)
+    assert ran == ([0, 1] if runs else [1])
+    if not runs:
+        assert [o["text"] for o in cell.outputs] == [NOT_RUN_WHILE_GRADING] and cell.source.startswith(
+            "import subprocess"
+        )

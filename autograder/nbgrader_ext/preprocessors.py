@@ -10,7 +10,7 @@ from pathlib import Path
 
 import nbformat
 from nbgrader import utils
-from nbgrader.preprocessors import NbGraderPreprocessor
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Float, Unicode
 
 from ..exercises import by_assignment
@@ -67,6 +67,25 @@ class ClearHiddenTestTracebacks(NbGraderPreprocessor):
                     ]
                     output.traceback = [entry for entry in entries if entry.strip()]
         return cell, resources
+
+
+LESSON_DEMO_TAG = "lesson-demo"
+NOT_RUN_WHILE_GRADING = "Not run while grading: a demonstration of the lesson, which grades nothing.\n"
+
+
+class ExecuteLeavingOutLessonDemos(Execute):
+    """nbgrader's Execute, which leaves out the cells the course tagged `lesson-demo`:
+    demonstrations (processes, plots, MNIST) that grade nothing and define nothing a graded
+    cell uses, and that would cost every submission the time of a whole lesson. Their source
+    stays, and their output says why it is empty. A grade or solution cell always runs, tag
+    or no tag: a student who tags a test cell gains nothing."""
+
+    def preprocess_cell(self, cell, resources, index):
+        if LESSON_DEMO_TAG in cell.metadata.get("tags", []) and not (utils.is_grade(cell) or utils.is_solution(cell)):
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=NOT_RUN_WHILE_GRADING)]
+            cell.execution_count = None
+            return cell, resources
+        return super().preprocess_cell(cell, resources, index)
 
 
 class GradeDDPCellsOutOfKernel(NbGraderPreprocessor):
