@@ -10,6 +10,8 @@ import subprocess
 from pathlib import Path
 from typing import NamedTuple
 
+from autograder.launch.contain import EXCHANGE_VARIABLE
+
 HUB = Path(__file__).resolve().parent
 
 
@@ -63,7 +65,7 @@ def environment(account: Account, settings: dict) -> dict[str, str]:
         "HOME": str(account.home),
         "USER": account.name,
         "JUPYTER_CONFIG_PATH": os.pathsep.join(str(HUB / folder) for folder in (role, "common")),
-        "DDP_EXCHANGE": settings["exchange"],
+        EXCHANGE_VARIABLE: settings["exchange"],
         "DDP_COURSE_DIR": settings["course_dir"],
         "PATH": os.pathsep.join([settings["venv_bin"], "/usr/local/bin", "/usr/bin", "/bin"]),
     }

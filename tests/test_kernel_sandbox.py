@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 import unprivileged
 from conftest import ROOT
 
+from autograder.launch.contain import EXCHANGE_VARIABLE
 from autograder.launch.sandbox import privileged, why_unavailable
 from autograder.linux import NESTED_UID
 from autograder.nbgrader_ext.kernel import KERNEL_UID, SandboxedKernelManager
@@ -89,13 +91,19 @@ def live_processes_of(uid: int) -> list[psutil.Process]:
 
 
 @pytest.mark.parametrize("instructor", ["root", "not root"])
-def test_the_autograding_kernel_sees_its_folder_only_and_leaves_nothing(instructor):
+def test_the_autograding_kernel_sees_its_folder_only_and_leaves_nothing(instructor, monkeypatch):
     course = unprivileged.folder() / "course"
+    # A hub's exchange, where /tmp is not (the sandbox's /tmp is a fresh one anyway).
+    exchange = Path(tempfile.mkdtemp(prefix="ddp-exchange-", dir="/var/tmp"))
     try:
         folder = course / "autograded" / "mallory" / "linear_regression"
         folder.mkdir(parents=True)
         (course / "source").mkdir()
+        bobs = exchange / "ddp-course" / "inbound" / "bob+linear_regression+x"
+        bobs.mkdir(parents=True)
+        monkeypatch.setenv(EXCHANGE_VARIABLE, str(exchange))
         secrets = [course / "gradebook.db", course / "source" / "solution.py", course / "autograded" / "bob.ipynb"]
+        secrets.append(bobs / "linear_regression.ipynb")
         for secret in secrets:
             secret.write_text("secret")
         names = [str(s) for s in secrets]
@@ -106,16 +114,19 @@ def test_the_autograding_kernel_sees_its_folder_only_and_leaves_nothing(instruct
             finally:
                 sys.argv.remove(GRADER_MARK)
         else:  # the instructor's course is theirs, secrets and all: only the sandbox hides them
-            shutil.chown(course.parent, unprivileged.NOBODY, unprivileged.NOBODY)
-            for inner, dirs, files in os.walk(course):
-                for name in [inner, *(os.path.join(inner, f) for f in dirs + files)]:
-                    shutil.chown(name, unprivileged.NOBODY, unprivileged.NOBODY)
+            for top in (course.parent, exchange):
+                for inner, dirs, files in os.walk(top):
+                    for name in [inner, *(os.path.join(inner, f) for f in dirs + files)]:
+                        shutil.chown(name, unprivileged.NOBODY, unprivileged.NOBODY)
             printed, kernel_uid, outside_uid = probe_as_nobody(folder, names), NESTED_UID, unprivileged.NOBODY
         # It sees no process of the grader, and its own check() can still sandbox its runs (a user namespace).
         assert printed == f"{kernel_uid} ['WROTE mine.txt'] False None"
         assert (folder / "mine.txt").read_text() == "x"
         assert all(secret.read_text() == "secret" for secret in secrets)
-        time.sleep(0.5)
+        deadline = time.monotonic() + 10  # a killed process takes a moment to die on a busy machine
+        while live_processes_of(outside_uid) and time.monotonic() < deadline:
+            time.sleep(0.2)
         assert not live_processes_of(outside_uid)  # the daemon went with the kernel
     finally:
         shutil.rmtree(course.parent, ignore_errors=True)
+        shutil.rmtree(exchange, ignore_errors=True)

@@ -26,12 +26,22 @@ def course_root() -> Path | None:
 
 
 def hidden_paths() -> list[Path]:
-    """Not in the sandbox: the course, and the grader's home."""
-    found = [Path(os.path.expanduser("~")).resolve()]
+    """Not in the sandbox: the course, the grader's home, and nbgrader's exchange (every student's
+    submission: a grader who is not root runs the ranks and kernels as its own user outside)."""
+    found = [Path(os.path.expanduser("~")).resolve(), *exchange_roots()]
     root = course_root()
     if root is not None:
         found.append(root)
     return [p for p in found if p != Path("/")]
+
+
+EXCHANGE_VARIABLE = "DDP_EXCHANGE"  # the exchange's root on the course's hub (hub/ sets it for every user)
+NBGRADER_EXCHANGE = Path("/usr/local/share/nbgrader/exchange")  # nbgrader's default root
+
+
+def exchange_roots() -> list[Path]:
+    named = os.environ.get(EXCHANGE_VARIABLE)
+    return [NBGRADER_EXCHANGE, *([Path(named).resolve()] if named else [])]
 
 
 def kept_paths() -> list[Path]:
