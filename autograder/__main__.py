@@ -159,11 +159,12 @@ def _class_report(args) -> int:
 def _autograde(args) -> int:
     from pathlib import Path
 
-    from .nbgrader_ext.class_grading import DEFAULT_GPUS_PER_JOB, ConsoleProgress, autograde, submissions
-    from .nbgrader_ext.gradebook import scores_table
+    from .nbgrader_ext.class_grading import DEFAULT_GPUS_PER_JOB, autograde_course
+    from .nbgrader_ext.class_progress import ConsoleProgress
 
     console = Console(highlight=False)
     course = Path(args.course)
+    assignments = _assignments_to_grade(args, course)
     if not (args.slurm or args.merge):  # on Slurm, the nodes run the kernels, and nbgrader's log there says why
         from .nbgrader_ext.kernel import kernel_sandbox_refusal, why_no_kernel_sandbox
 
@@ -171,17 +172,18 @@ def _autograde(args) -> int:
         if reason is not None:
             console.print(f"[bold red]Cannot autograde here:[/] {escape(kernel_sandbox_refusal(reason))}")
             return EXIT_FAILED
-    progress = ConsoleProgress(console, args.assignment)
+    progress = ConsoleProgress(console, assignments)
     try:
         if args.slurm or args.merge:
             run, how = _autograde_on_slurm(args, console, progress)
             if isinstance(run, int):  # nothing to wait for, or stopped waiting: the exit status
                 return run
+            runs = [run]
         else:
             gpus_per_job = DEFAULT_GPUS_PER_JOB if args.gpus_per_job is None else args.gpus_per_job
-            run = autograde(
+            runs = autograde_course(
                 course,
-                args.assignment,
+                assignments,
                 jobs=args.jobs,
                 students=args.student or None,
                 force=args.force,
@@ -193,19 +195,67 @@ def _autograde(args) -> int:
             how = f"{args.jobs} at a time"
     finally:
         progress.end()
-    notes = {o.student: ("FAILED" if o.failed else f"graded, {o.seconds:.0f} s") for o in run.graded}
-    notes |= {student: "unchanged" for student in run.unchanged}
-    shown = {s: notes[s] for s in submissions(course, args.assignment) if s in notes}
-    console.print(scores_table(course, shown, [args.assignment]))
-    for outcome in run.failures:
+    return _report_class(console, course, runs, how)
+
+
+def _assignments_to_grade(args, course) -> list[str]:
+    """The assignments named, or with --all those someone submitted; raises CannotGrade."""
+    from .nbgrader_ext.class_grading import submitted_assignments
+
+    if bool(args.all) == bool(args.assignment):
+        raise CannotGrade("Name the assignments to grade (one or more), or give --all; not both.")
+    assignments = submitted_assignments(course) if args.all else args.assignment
+    if not assignments:
+        raise CannotGrade(
+            f"Nothing to grade: no assignment of {course / 'gradebook.db'} has submissions.",
+            "Their notebooks belong in submitted/<student>/<assignment>/.",
+        )
+    if (args.slurm or args.merge) and len(assignments) > 1:
+        raise CannotGrade("On Slurm, one assignment a job: run the command once for each.")
+    args.assignment = assignments[0]  # the one assignment of the Slurm path
+    return assignments
+
+
+def _report_class(console, course, runs, how: str) -> int:
+    """The scores table, each failed grading's log, and a summary line; the exit status."""
+    from .nbgrader_ext.class_grading import submissions
+    from .nbgrader_ext.gradebook import scores_table
+
+    assignments = [run.assignment for run in runs]
+    graded = [o for run in runs for o in run.graded]
+    failures = [o for run in runs for o in run.failures]
+    notes = _class_notes(runs)
+    everyone = {s for a in assignments for s in submissions(course, a)}
+    console.print(scores_table(course, {s: notes[s] for s in sorted(everyone) if s in notes}, assignments))
+    for outcome in failures:
+        which = f" {outcome.assignment}" if len(assignments) > 1 else ""
         why = escape(f"({outcome.why})")
-        console.print(f"[bold red]{escape(outcome.student)}[/]'s grading failed {why}; the end of its log:")
+        console.print(
+            f"[bold red]{escape(outcome.student)}[/]'s{escape(which)} grading failed {why}; the end of its log:"
+        )
         console.print(outcome.log, style="dim", markup=False)
+    unchanged = sum(len(run.unchanged) for run in runs)
+    subject = "submission" if len(assignments) > 1 else "student"
     console.print(
-        f"Graded {len(run.graded)} student{'s' * (len(run.graded) != 1)} in {run.seconds:.0f} s, "
-        f"{how}; {len(run.unchanged)} unchanged; {len(run.failures)} failed."
+        f"Graded {len(graded)} {subject}{'s' * (len(graded) != 1)} in {runs[0].seconds:.0f} s, "
+        f"{how}; {unchanged} unchanged; {len(failures)} failed."
     )
-    return EXIT_FAILED if run.failures else EXIT_PASSED
+    return EXIT_FAILED if failures else EXIT_PASSED
+
+
+def _class_notes(runs) -> dict[str, str]:
+    """Per student, the scores table's note: FAILED if any of their gradings failed, else the time
+    their gradings took, else unchanged."""
+    seconds, failed, unchanged = {}, set(), set()
+    for run in runs:
+        unchanged.update(run.unchanged)
+        for outcome in run.graded:
+            seconds[outcome.student] = seconds.get(outcome.student, 0.0) + outcome.seconds
+            if outcome.failed:
+                failed.add(outcome.student)
+    notes = {student: "unchanged" for student in unchanged}
+    notes |= {student: f"graded, {total:.0f} s" for student, total in seconds.items()}
+    return notes | {student: "FAILED" for student in failed}
 
 
 def _autograde_on_slurm(args, console: Console, progress):
@@ -327,7 +377,10 @@ def _add_autograde(commands) -> None:
             "2 could not start."
         ),
     )
-    class_run.add_argument("assignment", help="the assignment's name, as in the gradebook")
+    class_run.add_argument(
+        "assignment", nargs="*", help="the assignments' names, as in the gradebook: lanes start once for them all"
+    )
+    class_run.add_argument("--all", action="store_true", help="every assignment that has submissions")
     class_run.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="students at a time (default: cores)")
     class_run.add_argument("--student", action="append", metavar="ID", help="grade only this student (repeatable)")
     class_run.add_argument("--force", action="store_true", help="grade again even the unchanged submissions")

@@ -62,10 +62,10 @@ STAMP = re.compile(r"^(\d\d:\d\d:\d\d\.\d{3}) (.*)$")
 GRADED = re.compile(r"out of the kernel, in ([\d.]+) s")
 
 
-def profile(course: Path) -> None:
+def profile(course: Path, assignment: str = ASSIGNMENT) -> None:
     """Split one submission's time by nbgrader's own (time-stamped) log lines."""
-    student = next(p.name for p in (course / "submitted").iterdir())
-    command = [sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT, "--student", student, "--force"]
+    student = next(p.parent.name for p in sorted((course / "submitted").glob(f"*/{assignment}")))
+    command = [sys.executable, "-m", "nbgrader", "autograde", assignment, "--student", student, "--force"]
     command += ["--Application.log_format=%(asctime)s.%(msecs)03d %(message)s", "--Application.log_datefmt=%H:%M:%S"]
     wall_start = datetime.now()
     seconds, log = timed(command, course)
@@ -76,10 +76,13 @@ def profile(course: Path) -> None:
             stamps.append(((at - wall_start).total_seconds(), m.group(2)))
     gradings = [(t, float(m.group(1))) for t, text in stamps if (m := GRADED.search(text))]
     autograding = next(t for t, text in stamps if text.startswith("Autograding"))
-    kernel_done = gradings[0][0] - gradings[0][1]  # the first grading starts once the kernel is done
-    out_of_kernel = sum(d for _, d in gradings)
     print(f"one submission ({student}): {seconds:.1f} s")
     print(f"  nbgrader's start (imports, config, the sanitizing pass): {autograding:.1f} s")
+    if not gradings:  # a quiz: no grading out of the kernel
+        print(f"  the kernel's run of the notebook, saving grades, writing the notebook: {seconds - autograding:.1f} s")
+        return
+    kernel_done = gradings[0][0] - gradings[0][1]  # the first grading starts once the kernel is done
+    out_of_kernel = sum(d for _, d in gradings)
     print(f"  the kernel's run of the notebook (its start and every cell): {kernel_done - autograding:.1f} s")
     print(f"  the gradings out of the kernel (the CLI, once per world size): {out_of_kernel:.1f} s")
     print(f"  the rest (saving grades, writing the notebook, exit): {seconds - kernel_done - out_of_kernel:.1f} s")

@@ -169,6 +169,24 @@ def test_an_instructor_who_is_not_root_grades_the_same_and_a_kernel_cheat_gains_
         shutil.rmtree(course.parent, ignore_errors=True)
 
 
+def test_several_assignments_in_one_call_start_the_lanes_once(course, monkeypatch):
+    """--all grades every assignment someone submitted, in lanes started once for them all: a
+    student's quiz beside the class's linear_regression, each merged with its own scores."""
+    nbgrader(course, "generate_assignment", "ddp_intro", "--force")
+    shutil.copytree(ROOT / "source" / "ddp_intro", course / "submitted" / "ada" / "ddp_intro")
+    starts = []
+    start = class_grading.Lane._start
+    monkeypatch.setattr(class_grading.Lane, "_start", lambda lane: (starts.append(lane.number), start(lane))[1])
+    assert class_grading.submitted_assignments(course) == [ASSIGNMENT, "ddp_intro"]
+    runs = class_grading.autograde_course(course, class_grading.submitted_assignments(course), jobs=2)
+    assert [(run.assignment, len(run.graded)) for run in runs] == [(ASSIGNMENT, 4), ("ddp_intro", 1)]
+    assert not [o for run in runs for o in run.failures]
+    assert sorted(starts) == [0, 1]  # once a lane, for five gradings of two assignments
+    found = scores(course, STUDENTS, [ASSIGNMENT, "ddp_intro"])
+    assert {s: found[s, ASSIGNMENT][0] for s in STUDENTS} == EXPECTED
+    assert found["ada", "ddp_intro"][0] == TOTAL["ddp_intro"]
+
+
 def test_a_rerun_grades_only_what_changed(graded_in_parallel, tmp_path):
     course = Path(shutil.copytree(graded_in_parallel[0], tmp_path / "course"))
     # cy hands in ada's notebook; ada's stays as it was.
@@ -247,6 +265,10 @@ def test_a_student_s_kernel_cannot_reach_the_job_s_warm_grader(course):
         (["nonexistent"], "There is no assignment 'nonexistent' in the gradebook."),
         ([ASSIGNMENT, "--jobs", "0"], "--jobs must be at least 1, not 0."),
         ([ASSIGNMENT, "--student", "zoe"], "No submission of 'linear_regression' from zoe."),
+        ([], "Name the assignments to grade (one or more), or give --all; not both."),
+        ([ASSIGNMENT, "--all"], "Name the assignments to grade (one or more), or give --all; not both."),
+        ([ASSIGNMENT, "ddp_intro", "--slurm"], "On Slurm, one assignment a job: run the command once for each."),
+        ([ASSIGNMENT, "nonexistent"], "There is no assignment 'nonexistent' in the gradebook."),
     ],
 )
 def test_bad_input_is_refused_with_a_reason(course, args, says):

@@ -6,7 +6,8 @@ from __future__ import annotations
 from rich.console import Console
 
 from autograder.nbgrader_ext import class_report
-from autograder.nbgrader_ext.class_grading import ConsoleProgress, Outcome
+from autograder.nbgrader_ext.class_grading import Outcome
+from autograder.nbgrader_ext.class_progress import ConsoleProgress
 
 GLOO_ERROR = "RuntimeError: [/__w/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:545] Connection closed by peer"
 ODD_ID = "[bold]x[/bold]"
@@ -34,7 +35,7 @@ def test_the_class_report_prints_errors_and_ids_as_they_are():
 
 def test_the_progress_prints_a_failed_student_as_they_are():
     def fail(console):
-        progress = ConsoleProgress(console, "linear_regression")
+        progress = ConsoleProgress(console, ["linear_regression"])
         progress.begin(1, [ODD_ID])
         progress.started({ODD_ID})
         progress.finished(Outcome(ODD_ID, None, 1.0, killed_by=GLOO_ERROR), set())

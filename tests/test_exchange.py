@@ -117,13 +117,14 @@ def a_class(machine_for_a_class):
         shutil.rmtree(base, ignore_errors=True)
 
 
-def test_a_student_can_neither_list_nor_remove_another_s_submission(a_class):
+def test_a_student_can_neither_read_list_nor_remove_another_s_submission(a_class):
     [bobs] = a_class.inbound_of("ddpx-bob")
     files = sorted(bobs.rglob("*"))
     assert a_class.tries("alice", f"print(len(__import__('os').listdir({str(a_class.inbound)!r})))") == "DENIED"
     assert a_class.tries("alice", f"__import__('shutil').rmtree({str(bobs)!r})") == "DENIED"
     assert a_class.tries("alice", f"__import__('os').rename({str(bobs)!r}, {str(bobs) + 'x'!r})") == "DENIED"
     assert a_class.tries("alice", f"print(__import__('os').listdir({str(bobs)!r}))") == "DENIED"
+    assert a_class.tries("alice", f"print(open({str(bobs / f'{ASSIGNMENT}.ipynb')!r}).read())") == "DENIED"
     assert sorted(bobs.rglob("*")) == files and files
 
 

@@ -7,12 +7,12 @@ commands an instructor runs:
     nbgrader db assignment add <assignment>    ddp_intro, linear_regression, mnist_ddp
     nbgrader generate_assignment <assignment>
     (the students' notebooks go into submitted/<student>/<assignment>/)
-    python -m autograder autograde <assignment>    nbgrader's autograde, students in parallel
+    python -m autograder autograde --all      nbgrader's autograde of every assignment, students in parallel
     nbgrader generate_feedback <assignment>
 
 then prints the gradebook's scores (student x assignment) and, for every point
-lost, the grade cell and the autograder's explanation. For comparison it also
-times serial `nbgrader autograde linear_regression` on a copy of the course.
+lost, the grade cell and the autograder's explanation. (How the class command
+compares with serial nbgrader: benchmarks/class_autograde.py.)
 
 A sample student is a folder tests/samples/<student>/<assignment>/ of answers.
 Their notebook is the released notebook with each answer put in its cell: for
@@ -224,21 +224,11 @@ def run_demo(keep: bool = False) -> int:
         console.print(
             f"  {len(STUDENTS) * len(ASSIGNMENTS)} notebooks put into submitted/ from {SAMPLES.relative_to(ROOT)}/"
         )
-        serial_course = Path(shutil.copytree(course, course.parent / f"{course.name}-serial"))
-        parallel = {}
-        for assignment in ASSIGNMENTS:
-            parallel[assignment] = step(
-                f"python -m autograder autograde {assignment}", "autograde", assignment, command=class_autograde
-            )
-        serial = step(
-            "nbgrader autograde linear_regression (serial, on a copy, for comparison)",
+        step(
+            "python -m autograder autograde --all (every assignment, in one call)",
             "autograde",
-            "linear_regression",
-            where=serial_course,
-        )
-        console.print(
-            f"  linear_regression: {parallel['linear_regression']:.0f} s in parallel against {serial:.0f} s "
-            f"for serial nbgrader ({serial / parallel['linear_regression']:.1f}x)"
+            "--all",
+            command=class_autograde,
         )
         for assignment in ASSIGNMENTS:
             step(f"nbgrader generate_feedback {assignment}", "generate_feedback", assignment)
@@ -275,7 +265,6 @@ def run_demo(keep: bool = False) -> int:
     finally:
         if not keep:
             shutil.rmtree(course, ignore_errors=True)
-            shutil.rmtree(course.parent / f"{course.name}-serial", ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""`python -m autograder autograde ASSIGNMENT`: nbgrader's autograde for a whole class, in parallel.
+"""`python -m autograder autograde ASSIGNMENT...`: nbgrader's autograde for a whole class, in parallel.
 
 nbgrader grades one notebook after another, into one SQLite gradebook that
 takes one writer at a time. Here each student is one `nbgrader autograde
@@ -18,8 +18,9 @@ Each job is a lane with two warm helpers, started once: a grader
 (autograder.notebook.server) that the out-of-kernel grading of every student
 it takes connects to (DDP_GRADER_SOCKET), and an nbgrader (warm_nbgrader)
 that each student's `nbgrader autograde` is forked from; so a class pays for
-importing torch and nbgrader once per job rather than once per student. A
-lane whose student was killed gets fresh helpers.
+importing torch and nbgrader once per job rather than once per student, and,
+given several assignments (or --all), once for them all. A lane whose student
+was killed gets fresh helpers.
 
 On a GPU runner each job gets GPUs of its own through CUDA_VISIBLE_DEVICES,
 packed so that no GPU is shared (`gpu_slots`); its grader sees only those.
@@ -39,11 +40,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rich.markup import escape
-
 from .._process import NoAnswer
 from ..errors import CannotGrade
 from ..notebook.client import SOCKET_VARIABLE, GraderServer
+from .class_progress import SILENT, Progress
 from .gradebook import merge
 from .warm_nbgrader import WarmNbgrader
 
@@ -62,6 +62,7 @@ class Outcome:
     seconds: float
     log: str = ""  # the tail of nbgrader's output, when it failed
     killed_by: str = "timed out"  # when killed: why, in a few words
+    assignment: str = ""
 
     @property
     def failed(self) -> bool:
@@ -108,6 +109,22 @@ def submissions(course: Path, assignment: str) -> dict[str, Path]:
     submitted = course / "submitted"
     found = sorted(submitted.glob(f"*/{assignment}")) if submitted.is_dir() else []
     return {folder.parent.name: folder for folder in found if folder.is_dir()}
+
+
+def submitted_assignments(course: Path) -> list[str]:
+    """The gradebook's assignments, in the order they were added, that someone has submitted."""
+    import sqlite3
+
+    if not (course / "gradebook.db").is_file():
+        return []
+    db = sqlite3.connect(f"file:{course / 'gradebook.db'}?mode=ro", uri=True)
+    try:
+        names = [row[0] for row in db.execute("SELECT name FROM assignment ORDER BY rowid")]
+    except sqlite3.Error:
+        names = []
+    finally:
+        db.close()
+    return [name for name in names if submissions(course, name)]
 
 
 def fingerprint(folder: Path) -> str:
@@ -168,8 +185,11 @@ class _State:
         write_text(self.path, json.dumps(self.data, indent=1, sort_keys=True))
 
 
-def plan(course: Path, assignment: str, students: list[str] | None, force: bool) -> tuple[dict, list[str]]:
-    """(student -> folder to grade, students left alone as unchanged). Raises CannotGrade on bad input."""
+def plan(
+    course: Path, assignment: str, students: list[str] | None, force: bool, one_of_several: bool = False
+) -> tuple[dict, list[str]]:
+    """(student -> folder to grade, students left alone as unchanged). Raises CannotGrade on bad input.
+    One of several assignments may lack submissions, or those of the students named."""
     course_db = course / "gradebook.db"
     if not (course / "nbgrader_config.py").is_file() or not course_db.is_file():
         raise CannotGrade(
@@ -182,7 +202,9 @@ def plan(course: Path, assignment: str, students: list[str] | None, force: bool)
             f"Check its name, or run `nbgrader generate_assignment {assignment}` first.",
         )
     found = submissions(course, assignment)
-    if students:
+    if students and one_of_several:
+        found = {s: found[s] for s in students if s in found}
+    elif students:
         missing = [s for s in students if s not in found]
         if missing:
             raise CannotGrade(
@@ -190,7 +212,7 @@ def plan(course: Path, assignment: str, students: list[str] | None, force: bool)
                 f"Their notebooks belong in submitted/<student>/{assignment}/.",
             )
         found = {s: found[s] for s in students}
-    if not found:
+    if not found and not one_of_several:
         raise CannotGrade(
             f"Nobody has submitted {assignment!r}: submitted/*/{assignment}/ holds nothing.",
             "Collect the submissions first (nbgrader collect, or copy them into submitted/).",
@@ -285,7 +307,7 @@ def grade_one(lane: Lane, course: Path, assignment: str, student: str, db: Path,
     if code is None:
         output += f"\nKilled: the grading took longer than {timeout_s:g} s." if why == "timed out" else f"\n{why}"
     seconds = time.monotonic() - started
-    return Outcome(student, code, seconds, log_tail(output) if code != 0 else "", why)
+    return Outcome(student, code, seconds, log_tail(output) if code != 0 else "", why, assignment)
 
 
 def log_tail(log: str) -> str:
@@ -293,66 +315,14 @@ def log_tail(log: str) -> str:
     return "\n".join(log.strip().splitlines()[-LOG_TAIL_LINES:])
 
 
-class Progress:
-    """What a caller hears while the class is graded; these do nothing."""
-
-    def begin(self, total: int, unchanged: list[str]) -> None: ...
-
-    def started(self, running: set[str]) -> None: ...
-
-    def finished(self, outcome: Outcome, running: set[str]) -> None: ...
+def autograde(course: Path, assignment: str, **options) -> ClassRun:
+    """Grade every changed submission of `assignment`, `jobs` at a time, and merge them into gradebook.db."""
+    return autograde_course(course, [assignment], **options)[0]
 
 
-SILENT = Progress()
-
-
-class ConsoleProgress(Progress):
-    """A rich progress bar: done and total, the students being graded, an ETA, and failures as they happen."""
-
-    def __init__(self, console, assignment: str):
-        from rich import progress
-
-        self.console, self.assignment = console, assignment
-        self.bar = progress.Progress(
-            progress.TextColumn("{task.description}"),
-            progress.BarColumn(),
-            progress.MofNCompleteColumn(),
-            progress.TimeElapsedColumn(),
-            progress.TextColumn("eta"),
-            progress.TimeRemainingColumn(),
-            progress.TextColumn("[dim]{task.fields[running]}"),
-            console=console,
-            transient=True,
-        )
-        self.task = None
-
-    def begin(self, total: int, unchanged: list[str]) -> None:
-        if unchanged:
-            self.console.print(f"Unchanged since last graded, left as they are: {escape(', '.join(unchanged))}")
-        self.bar.start()
-        self.task = self.bar.add_task(f"autograde {self.assignment}", total=total, running="")
-
-    def started(self, running: set[str]) -> None:
-        self.bar.update(self.task, running=_grading(running))
-
-    def finished(self, outcome: Outcome, running: set[str]) -> None:
-        self.bar.update(self.task, advance=1, running=_grading(running))
-        if outcome.failed:
-            why = escape(f"{outcome.why} after {outcome.seconds:.0f} s")
-            self.console.print(f"[bold red]{escape(outcome.student)}[/]: {why}")
-
-    def end(self) -> None:
-        self.bar.stop()
-
-
-def _grading(running: set[str]) -> str:
-    """The progress line's list of the students being graded (escaped: it is markup)."""
-    return escape("grading " + ", ".join(sorted(running))) if running else ""
-
-
-def autograde(
+def autograde_course(
     course: Path,
-    assignment: str,
+    assignments: list[str],
     jobs: int = 2,
     students: list[str] | None = None,
     force: bool = False,
@@ -360,56 +330,95 @@ def autograde(
     gpus_per_job: int = DEFAULT_GPUS_PER_JOB,
     timeout_s: float = DEFAULT_STUDENT_TIMEOUT_S,
     progress: Progress = SILENT,
-) -> ClassRun:
-    """Grade every changed submission of `assignment`, `jobs` at a time, and merge them into gradebook.db."""
+) -> list[ClassRun]:
+    """Grade every changed submission of each assignment, `jobs` at a time, in lanes that start once
+    for them all (each assignment's run, then its merge into gradebook.db: one ClassRun each)."""
     if jobs < 1:
         raise CannotGrade(f"--jobs must be at least 1, not {jobs}.", "Use --jobs 1 to grade one student at a time.")
     course = course.resolve()
-    chosen, unchanged = plan(course, assignment, students, force)
+    plans = _plans(course, assignments, students, force)
     slots = _slots(backend, gpus_per_job, jobs)
-    run = ClassRun(assignment, unchanged=unchanged)
+    runs = {a: ClassRun(a, unchanged=unchanged) for a, (_, unchanged) in plans.items()}
+    tasks = [(a, student) for a, (chosen, _) in plans.items() for student in chosen]
     started = time.monotonic()
     private_dir = Path(tempfile.mkdtemp(prefix="ddp-autograde-"))  # 0700: the graders' sockets are in it
-    width = min(jobs, len(slots)) if slots else jobs
     hidden = [] if backend == "gloo" else None  # []: the GPUs hidden
-    lanes = [Lane(slots[n] if slots else hidden, private_dir, n) for n in range(width)]
-    free, lock, running = list(lanes), threading.Lock(), set()
-
-    def one(student: str) -> Outcome:
-        db = private_dir / f"{student}.db"
-        shutil.copyfile(course / "gradebook.db", db)  # nothing writes the course's gradebook until the merge
-        with lock:
-            lane = free.pop()
-            running.add(student)
-            progress.started(set(running))
-        try:
-            outcome = grade_one(lane, course, assignment, student, db, timeout_s)
-        finally:  # the lane is free again even when grade_one raised; its error goes on as it is
-            with lock:
-                free.append(lane)
-                running.discard(student)
-        with lock:
-            progress.finished(outcome, set(running))
-        return outcome
-
-    progress.begin(len(chosen), unchanged)
+    lanes = [Lane(slots[n] if slots else hidden, private_dir, n) for n in range(min(jobs, len(slots)) or jobs)]
+    pool = LanePool(lanes, course, private_dir, timeout_s, progress, several=len(assignments) > 1)
+    progress.begin(len(tasks), [pool.name(a, s) for a, run in runs.items() for s in run.unchanged])
     try:
-        with ThreadPoolExecutor(max_workers=width) as pool:
+        for (assignment, _), outcome in zip(tasks, pool.grade_all(tasks), strict=True):
+            runs[assignment].graded.append(outcome)
+        for assignment, run in runs.items():
+            gradebooks = {o.student: pool.gradebook(assignment, o.student) for o in run.graded}
+            fingerprints = {s: fingerprint(f) for s, f in plans[assignment][0].items()}
+            record_grades(course, assignment, run.graded, gradebooks, fingerprints)
+    finally:
+        pool.stop()
+        shutil.rmtree(private_dir, ignore_errors=True)
+    for run in runs.values():
+        run.seconds = time.monotonic() - started
+    return list(runs.values())
+
+
+def _plans(course: Path, assignments: list[str], students: list[str] | None, force: bool) -> dict:
+    """Each assignment's plan; raises CannotGrade when there is nothing at all to grade."""
+    plans = {a: plan(course, a, students, force, one_of_several=len(assignments) > 1) for a in assignments}
+    if not any(chosen or unchanged for chosen, unchanged in plans.values()):
+        among = f" among {', '.join(students)}" if students else ""
+        raise CannotGrade(
+            f"Nobody has submitted {', '.join(assignments)}{among}.",
+            "Collect the submissions first (nbgrader collect, or copy them into submitted/).",
+        )
+    return plans
+
+
+class LanePool:
+    """The class's lanes, each grading one submission at a time, into a private copy of the
+    gradebook; the progress hears of each grading as it starts and ends."""
+
+    def __init__(self, lanes, course: Path, private_dir: Path, timeout_s: float, progress: Progress, several: bool):
+        self.lanes, self.free, self.lock, self.running = lanes, list(lanes), threading.Lock(), set()
+        self.course, self.private_dir, self.timeout_s, self.progress = course, private_dir, timeout_s, progress
+        self.several = several
+
+    def name(self, assignment: str, student: str) -> str:
+        """How the progress names a grading: the student, and with several assignments, which."""
+        return f"{student}/{assignment}" if self.several else student
+
+    def gradebook(self, assignment: str, student: str) -> Path:
+        return self.private_dir / f"{assignment}-{student}.db"
+
+    def grade_all(self, tasks: list[tuple[str, str]]) -> list[Outcome]:
+        with ThreadPoolExecutor(max_workers=len(self.lanes)) as pool:
             try:
-                run.graded = list(pool.map(one, chosen))
+                return list(pool.map(self.grade, tasks))
             except BaseException:  # an interrupt: nothing of this run may go on grading
-                for lane in lanes:
-                    lane.stop()
+                self.stop()
                 pool.shutdown(cancel_futures=True)
                 raise
-        gradebooks = {o.student: private_dir / f"{o.student}.db" for o in run.graded}
-        record_grades(course, assignment, run.graded, gradebooks, {s: fingerprint(f) for s, f in chosen.items()})
-    finally:
-        for lane in lanes:
+
+    def grade(self, task: tuple[str, str]) -> Outcome:
+        assignment, student = task
+        db = self.gradebook(assignment, student)
+        shutil.copyfile(self.course / "gradebook.db", db)  # nothing writes the course's gradebook until the merge
+        with self.lock:
+            lane = self.free.pop()
+            self.running.add(self.name(*task))
+            self.progress.started(set(self.running))
+        try:
+            outcome = grade_one(lane, self.course, assignment, student, db, self.timeout_s)
+        finally:  # the lane is free again even when grade_one raised; its error goes on as it is
+            with self.lock:
+                self.free.append(lane)
+                self.running.discard(self.name(*task))
+        with self.lock:
+            self.progress.finished(outcome, set(self.running))
+        return outcome
+
+    def stop(self) -> None:
+        for lane in self.lanes:
             lane.stop()
-        shutil.rmtree(private_dir, ignore_errors=True)
-    run.seconds = time.monotonic() - started
-    return run
 
 
 def record_grades(

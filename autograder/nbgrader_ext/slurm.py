@@ -34,16 +34,15 @@ from pathlib import Path
 
 from ..errors import CannotGrade
 from .class_grading import (
-    SILENT,
     ClassRun,
     Outcome,
-    Progress,
     autograde_command,
     fingerprint,
     log_tail,
     plan,
     record_grades,
 )
+from .class_progress import SILENT, Progress
 
 RUNS_FOLDER = ".autograde-slurm"
 POLL_S = 2.0
