@@ -2,8 +2,8 @@
 
     sudo .venv/bin/python -m hub --instructor teacher --student alice --student bob
 
-It makes the Unix users it is told to (NAME, or NAME:PASSWORD; a user without a
-password gets a new random one, printed), puts a copy of the course in the
+It makes the Unix users it is told to (NAME, or NAME:PASSWORD; a new user without
+a password gets a random one, printed; a user who was there keeps their own), puts a copy of the course in the
 instructor's home (~/ddp-course, theirs, with every assignment generated and the
 students in the gradebook), lays out the exchange, starts JupyterHub with
 hub/jupyterhub_config.py and prints the address and the accounts. Ctrl-C stops
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     prepare_exchange(args.exchange, COURSE_ID, instructor.name)
     print(f"The course's hub: http://{args.ip}:{args.port}/  (Ctrl-C stops it)")
     for account, role in [(instructor, "instructor"), *((s, "student") for s in students)]:
-        print(f"  {role:<10} {account.name:<16} password {account.password}")
+        print(f"  {role:<10} {account.name:<16} password {account.password or '(their own, unchanged)'}")
     print(f"  course directory {course}; exchange {args.exchange}", flush=True)
     return run_hub(settings, args.state)
 

@@ -24,14 +24,16 @@ class Account(NamedTuple):
 
 
 def ensure_account(name: str, password: str | None = None) -> Account:
-    """The user `name`, made if missing (with a home), with this password (a new random one if None)."""
+    """The user `name`, made if missing (with a home). Its password: the one given; for a user
+    made here without one, a new random one; for a user who was there, their own (password "")."""
     try:
         pwd.getpwnam(name)
     except KeyError:
         subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], check=True, capture_output=True)
-    password = password or secrets.token_urlsafe(9)
-    subprocess.run(["chpasswd"], input=f"{name}:{password}\n", text=True, check=True, capture_output=True)
-    return account(name)._replace(password=password)
+        password = password or secrets.token_urlsafe(9)
+    if password:
+        subprocess.run(["chpasswd"], input=f"{name}:{password}\n", text=True, check=True, capture_output=True)
+    return account(name)._replace(password=password or "")
 
 
 def remove_account(name: str) -> None:
