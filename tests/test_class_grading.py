@@ -311,7 +311,7 @@ def test_each_job_gets_gpus_of_its_own(monkeypatch, tmp_path):
     course.mkdir()
     (course / "gradebook.db").write_bytes(b"")
     students = [f"s{i}" for i in range(8)]
-    monkeypatch.setattr(class_grading, "plan", lambda *a: ({s: course for s in students}, []))
+    monkeypatch.setattr(class_grading, "plan", lambda *a, **k: ({s: course for s in students}, []))
     monkeypatch.setattr(class_grading, "gpu_inventory", lambda: [str(i) for i in range(8)])
     monkeypatch.setattr(class_grading, "merge", lambda *a: None)
     monkeypatch.setattr(class_grading, "fingerprint", lambda folder: "")
@@ -333,7 +333,7 @@ def test_each_job_gets_gpus_of_its_own(monkeypatch, tmp_path):
 
 def test_a_grading_that_raises_stops_the_class_with_its_own_error(monkeypatch, tmp_path):
     (tmp_path / "gradebook.db").write_bytes(b"")
-    monkeypatch.setattr(class_grading, "plan", lambda *a: ({"ada": tmp_path}, []))
+    monkeypatch.setattr(class_grading, "plan", lambda *a, **k: ({"ada": tmp_path}, []))
 
     def broken_grade(lane, course, assignment, student, db, timeout_s):
         raise OSError("the disk is full")
@@ -344,7 +344,7 @@ def test_a_grading_that_raises_stops_the_class_with_its_own_error(monkeypatch, t
 
 
 def test_nccl_without_enough_gpus_is_refused(monkeypatch, tmp_path):
-    monkeypatch.setattr(class_grading, "plan", lambda *a: ({}, []))
+    monkeypatch.setattr(class_grading, "plan", lambda *a, **k: ({}, []))
     monkeypatch.setattr(class_grading, "gpu_inventory", lambda: ["0"])
     with pytest.raises(CannotGrade, match="needs 3 GPUs per student, and this machine shows 1"):
         autograde(tmp_path, ASSIGNMENT, backend="nccl")

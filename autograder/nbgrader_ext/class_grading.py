@@ -362,9 +362,11 @@ def autograde_course(
 
 
 def _plans(course: Path, assignments: list[str], students: list[str] | None, force: bool) -> dict:
-    """Each assignment's plan; raises CannotGrade when there is nothing at all to grade."""
-    plans = {a: plan(course, a, students, force, one_of_several=len(assignments) > 1) for a in assignments}
-    if not any(chosen or unchanged for chosen, unchanged in plans.values()):
+    """Each assignment's plan; raises CannotGrade when there is nothing at all to grade (of one
+    assignment, plan says so itself)."""
+    several = len(assignments) > 1
+    plans = {a: plan(course, a, students, force, one_of_several=several) for a in assignments}
+    if several and not any(chosen or unchanged for chosen, unchanged in plans.values()):
         among = f" among {', '.join(students)}" if students else ""
         raise CannotGrade(
             f"Nobody has submitted {', '.join(assignments)}{among}.",
