@@ -1,4 +1,4 @@
-"""Writing files so that a reader never sees half of one."""
+"""Writing files so that a reader never sees half of one; giving a tree of them to a user."""
 
 from __future__ import annotations
 
@@ -30,3 +30,11 @@ def replacing(path: str | os.PathLike, mode: str = "w", encoding: str | None = "
 def write_text(path: str | os.PathLike, text: str) -> None:
     with replacing(path) as f:
         f.write(text)
+
+
+def chown_tree(folder: str | os.PathLike, uid: int, gid: int) -> None:
+    """The folder and everything in it, owned by uid:gid (links themselves, never what they name)."""
+    os.chown(folder, uid, gid, follow_symlinks=False)
+    for inner, folders, files in os.walk(folder):
+        for name in folders + files:
+            os.chown(os.path.join(inner, name), uid, gid, follow_symlinks=False)

@@ -2,11 +2,12 @@
 
     sudo .venv/bin/python -m hub --instructor teacher --student alice --student bob
 
-It makes the Unix users it is told to (NAME, or NAME:PASSWORD; a new user without
-a password gets a random one, printed; a user who was there keeps their own), puts a copy of the course in the
-instructor's home (~/ddp-course, theirs, with every assignment generated and the
-students in the gradebook), lays out the exchange, starts JupyterHub with
-hub/jupyterhub_config.py and prints the address and the accounts. Ctrl-C stops
+It makes the Unix users it is told to (NAME, or NAME:PASSWORD; a new user
+without a password gets a random one, printed; a user who was there keeps
+their own), puts a copy of the course in the instructor's home (~/ddp-course,
+theirs, with every assignment generated and the students in the gradebook),
+lays out the exchange, starts JupyterHub with hub/jupyterhub_config.py and
+prints the address and the accounts. Ctrl-C stops
 the hub, every user's server and the proxy, and leaves nothing running.
 `configurable-http-proxy` is taken from the PATH, or installed from npm into the
 state folder the first time.
@@ -26,9 +27,10 @@ import sys
 import time
 from pathlib import Path
 
+from autograder._files import chown_tree
 from autograder.exercises import ASSIGNMENTS
 from autograder.nbgrader_ext.exchange import prepare_exchange
-from hub.users import Account, chown_tree, ensure_account, run_as
+from hub.users import Account, ensure_account, run_as
 from tools.demo import copy_course
 
 HERE = Path(__file__).resolve().parent
@@ -81,7 +83,7 @@ def prepare_course(instructor: Account, students: list[Account], settings: dict)
     nbgrader = [sys.executable, "-m", "nbgrader"]
     if not course.exists():
         copy_course(course)
-        chown_tree(course, instructor)
+        chown_tree(course, instructor.uid, instructor.gid)
         for assignment in ASSIGNMENTS:
             run_as(instructor, settings, [*nbgrader, "generate_assignment", assignment], course)
     for student in students:

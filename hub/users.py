@@ -42,12 +42,6 @@ def remove_account(name: str) -> None:
     subprocess.run(["userdel", "--remove", "--force", name], capture_output=True)
 
 
-def chown_tree(folder: Path, account: Account) -> None:
-    for inner, folders, files in os.walk(folder):
-        for name in [inner, *(os.path.join(inner, f) for f in folders + files)]:
-            os.chown(name, account.uid, account.gid, follow_symlinks=False)
-
-
 def as_account(account: Account):
     """A preexec_fn: the child becomes the account, groups and all."""
 

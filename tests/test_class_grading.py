@@ -7,7 +7,6 @@ gradebook is compared, grade cell by grade cell, with serial nbgrader's.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import sqlite3
@@ -23,6 +22,7 @@ from conftest import processes_mentioning
 from sample_grades import TOTAL, expected_score
 from test_kernel_sandbox import live_processes_of
 
+from autograder._files import chown_tree
 from autograder.errors import CannotGrade
 from autograder.nbgrader_ext import class_grading
 from autograder.nbgrader_ext.class_grading import Outcome, autograde, gpu_slots
@@ -147,9 +147,7 @@ def test_an_instructor_who_is_not_root_grades_the_same_and_a_kernel_cheat_gains_
     course = Path(shutil.copytree(prepared, unprivileged.folder() / "course"))
     try:
         submit(course, "mallory", ASSIGNMENT, SAMPLES / "mallory" / ASSIGNMENT)
-        for inner, dirs, files in os.walk(course.parent):
-            for name in [inner, *(os.path.join(inner, f) for f in dirs + files)]:
-                os.chown(name, unprivileged.NOBODY, unprivileged.NOBODY, follow_symlinks=False)
+        chown_tree(course.parent, unprivileged.NOBODY, unprivileged.NOBODY)
         done = unprivileged.run(
             [sys.executable, "-m", "autograder", "autograde", ASSIGNMENT, "--jobs", "2"],
             cwd=course,

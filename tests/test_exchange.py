@@ -14,9 +14,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from autograder._files import chown_tree
 from autograder.nbgrader_ext.exchange import prepare_exchange
 from hub.__main__ import COURSE_ID, closed_folder
-from hub.users import Account, chown_tree, ensure_account, remove_account, run_as
+from hub.users import Account, ensure_account, remove_account, run_as
 from tools.demo import copy_course
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="makes Unix users: needs root")
@@ -102,7 +103,7 @@ def a_class(machine_for_a_class):
     try:
         the_class = Class(base, teacher, {s.name.removeprefix("ddpx-"): s for s in students})
         copy_course(the_class.course)
-        chown_tree(the_class.course, teacher)
+        chown_tree(the_class.course, teacher.uid, teacher.gid)
         the_class.as_teacher("generate_assignment", ASSIGNMENT)
         prepare_exchange(the_class.exchange, COURSE_ID, teacher.name)
         the_class.as_teacher("release_assignment", ASSIGNMENT)

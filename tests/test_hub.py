@@ -15,6 +15,7 @@ Screenshots go to artifacts/hub/; the time of each step to artifacts/hub/timings
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -34,9 +35,10 @@ from sample_grades import TOTAL, points_of
 from test_browser import CHECK_CELL, SOLUTION_CELL, cell_index, free_port, solution_text, validate, without_sampler
 from test_exchange import Folders
 
+from autograder._files import chown_tree
 from autograder.exercises import EXERCISES
 from hub.__main__ import COURSE_ID
-from hub.users import chown_tree, ensure_account, remove_account, run_as
+from hub.users import ensure_account, remove_account, run_as
 
 pytestmark = [
     pytest.mark.browser,
@@ -78,7 +80,7 @@ class Hub:
         self.log = base / "hub.log"
         self.process = None
 
-    @property
+    @functools.cached_property
     def settings(self) -> dict:
         return json.loads((self.base / "state" / "settings.json").read_text())
 
@@ -97,7 +99,7 @@ def _lab_settings(account) -> None:
         path = settings / "lab" / "user-settings" / "@jupyterlab" / extension / f"{plugin}.jupyterlab-settings"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(values))
-    chown_tree(settings, account)
+    chown_tree(settings, account.uid, account.gid)
 
 
 def names(cmdline: list[str] | None) -> set[str]:

@@ -5,7 +5,6 @@ not (a user namespace: tests/unprivileged.py)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import tempfile
@@ -17,6 +16,7 @@ import pytest
 import unprivileged
 from conftest import ROOT
 
+from autograder._files import chown_tree
 from autograder.launch.contain import EXCHANGE_VARIABLE
 from autograder.launch.sandbox import privileged, why_unavailable
 from autograder.linux import NESTED_UID
@@ -115,9 +115,7 @@ def test_the_autograding_kernel_sees_its_folder_only_and_leaves_nothing(instruct
                 sys.argv.remove(GRADER_MARK)
         else:  # the instructor's course is theirs, secrets and all: only the sandbox hides them
             for top in (course.parent, exchange):
-                for inner, dirs, files in os.walk(top):
-                    for name in [inner, *(os.path.join(inner, f) for f in dirs + files)]:
-                        shutil.chown(name, unprivileged.NOBODY, unprivileged.NOBODY)
+                chown_tree(top, unprivileged.NOBODY, unprivileged.NOBODY)
             printed, kernel_uid, outside_uid = probe_as_nobody(folder, names), NESTED_UID, unprivileged.NOBODY
         # It sees no process of the grader, and its own check() can still sandbox its runs (a user namespace).
         assert printed == f"{kernel_uid} ['WROTE mine.txt'] False None"

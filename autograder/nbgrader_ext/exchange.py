@@ -144,25 +144,29 @@ class OwnedSubmissionsCollect(ExchangeCollect):
         if name not in self._refusals:
             reason = why_unsafe(Path(self.inbound_path, name), record["username"])
             if reason is not None:
-                self.log.error("Not collected: %s, in %s's name: %s.", name, record["username"], reason)
+                self._say_refused(name, record["username"], reason)
             self._refusals[name] = reason
         return self._refusals[name]
 
+    def _say_refused(self, name: str, student: str, reason) -> None:
+        self.log.error("Not collected: %s, in %s's name: %s.", name, student, reason)
+
     def do_copy(self, src, dest, log=None):
-        student = os.path.basename(src).rsplit("+", 3)[0]
+        name = os.path.basename(src)
+        student = name.rsplit("+", 3)[0]
+        if self.get_size(src) > 1000 * self.coursedir.max_dir_size:  # nbgrader's own cap
+            self._say_refused(name, student, "it is larger than CourseDirectory.max_dir_size")
+            return
         ignore = ignore_patterns(
             exclude=self.coursedir.ignore,
             include=self.coursedir.include,
             max_file_size=self.coursedir.max_file_size,
             log=self.log,
         )
-        if self.get_size(src) > 1000 * self.coursedir.max_dir_size:  # nbgrader's own cap
-            self.log.error("Not collected: %s: it is larger than CourseDirectory.max_dir_size.", os.path.basename(src))
-            return
         try:
             copy_owned(Path(src), Path(dest), _uid_of(student), ignore)
         except UnsafeSubmission as error:
-            self.log.error("Not collected: %s, in %s's name: %s.", os.path.basename(src), student, error)
+            self._say_refused(name, student, error)
 
 
 class PrivateSubmit(ExchangeSubmit):

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from jupyter_client.manager import KernelManager
 
+from .._files import chown_tree
 from .._process import die_with_parent
 from ..launch.contain import hidden_paths, kept_paths
 from ..launch.sandbox import UID_BASE, privileged, why_unavailable
@@ -101,13 +102,6 @@ class SandboxedKernelManager(KernelManager):
         return [sys.executable, "-m", "autograder.nbgrader_ext.kernel", "--", *command]
 
 
-def _chown_tree(folder: Path, uid: int) -> None:
-    os.chown(folder, uid, uid)
-    for inner, names, files in os.walk(folder):
-        for name in names + files:
-            os.chown(os.path.join(inner, name), uid, uid, follow_symlinks=False)
-
-
 def _course_of(folder: Path) -> list[Path]:
     """The nbgrader course whose autograded/<student>/<assignment> this is."""
     return [folder.parents[2]] if len(folder.parents) > 2 and folder.parents[1].name == "autograded" else []
@@ -121,7 +115,7 @@ def run(command: list[str], connection_file: str) -> int:
     as_root = privileged()
     if as_root:
         for writable in (folder, sockets):
-            _chown_tree(writable, KERNEL_UID)
+            chown_tree(writable, KERNEL_UID, KERNEL_UID)
         unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID)
     else:  # the instructor's files are root's in here, and the kernel's once it is nested (become_nested)
         uid, gid = os.geteuid(), os.getegid()
