@@ -121,14 +121,15 @@ def _run(
     )
     result = launcher(options.launcher or exercise.launcher).launch(job, private_dir)
     run = collect(exercise.name, options.world_size, resolved, result, sorted(_files(workdir) - provided))
-    saved = [e["path"] for r in run.ranks for e in r.all("torch_save")]
-    run.checkpoints = inspect_checkpoints(workdir, run.files_left, saved)
     if result.attempts:
         run.torchrun = collect_torchrun(result)
     if run.all_finished and "launcher" in exercise.checks:
         run.own_launcher, run.own_launcher_ranks = own_launcher_run or _run_own_launcher(
             exercise, job, run_dir, result.duration_s
         )
+    # Last: the own launcher may be forked from this process, which must have run no torch computation.
+    saved = [e["path"] for r in run.ranks for e in r.all("torch_save")]
+    run.checkpoints = inspect_checkpoints(workdir, run.files_left, saved)
     return run
 
 

@@ -88,14 +88,19 @@ def started_process(process) -> StartedRank:
     return StartedRank(process.pid, os.dup(process.sentinel), wait)
 
 
+def forked_fds(slots: Job, containment: Containment, outputs: list[CappedOutput]) -> list[int]:
+    """The launch's own descriptors, which a process forked from here inherits and closes first."""
+    if start_method(slots) != "fork":
+        return []
+    return [*containment.parent_fds, *(fd for c in outputs for fd in c.parent_fds)]
+
+
 class MultiprocessingLauncher(Launcher):
     kind = "mp"
     drains_after_start = True
 
     def inherited_fds(self, slots: Job, containment: Containment, outputs: list[CappedOutput]) -> list[int]:
-        if start_method(slots) != "fork":
-            return []
-        return [*containment.parent_fds, *(fd for c in outputs for fd in c.parent_fds)]
+        return forked_fds(slots, containment, outputs)
 
     def start(self, launch: Launch, started: list[StartedRank]) -> None:
         method, world_size = start_method(launch.job), launch.job.world_size

@@ -3,9 +3,10 @@
 (autograder/rank/own_launcher.py), under the same deadline and clean-up as
 the graded ranks.
 
-The launcher is forked from the warm fork server the graded ranks come from,
-so neither it nor the processes it spawns import torch again; on a GPU run it
-is a command of its own, as a CUDA program needs."""
+The launcher starts as the graded ranks do: forked from this process where
+they are (a command line's check, a warm grader's child), else from the
+warm fork server; so neither it nor the processes it spawns import torch
+again. On a GPU run it is a command of its own, as a CUDA program needs."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ import torch.multiprocessing as mp
 from ..rank import own_launcher
 from ..rank.spec import RankSpec
 from . import Job
-from .local import started_process, warm_method
+from .capture import CappedOutput
+from .contain import Containment
+from .local import forked_fds, start_method, started_process
 from .skeleton import Launch, Launcher
 from .supervise import StartedRank, start_command
 
@@ -26,14 +29,19 @@ from .supervise import StartedRank, start_command
 class OwnLauncher(Launcher):
     """One process, the student's launcher, with the ranks it starts in its process group."""
 
+    drains_after_start = True  # it may be forked, as the graded ranks are
+
     def slots(self, job: Job) -> Job:
         return replace(job, world_size=1)
 
     def output_names(self, slots: Job) -> list[str]:
         return ["launcher.out"]
 
+    def inherited_fds(self, slots: Job, containment: Containment, outputs: list[CappedOutput]) -> list[int]:
+        return forked_fds(slots, containment, outputs)
+
     def start(self, launch: Launch, started: list[StartedRank]) -> None:
-        started.append(_start(warm_method(launch.job), launch.spec, launch.private_dir, launch.outputs[0].path))
+        started.append(_start(start_method(launch.job), launch.spec, launch.private_dir, launch.outputs[0].path))
 
 
 def _start(method: str, spec: RankSpec, private_dir: Path, output_path: str) -> StartedRank:
