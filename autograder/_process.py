@@ -34,6 +34,11 @@ def out_of_reach() -> None:
     _prctl(_PR_SET_DUMPABLE, 0)
 
 
+def traceable() -> None:
+    """Undo out_of_reach in a process forked from one that is: as a fresh process is."""
+    _prctl(_PR_SET_DUMPABLE, 1)
+
+
 class NoAnswer(RuntimeError):
     """A warm process did not answer: it stopped, or it took longer than it had (`timed_out`)."""
 

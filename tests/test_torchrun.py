@@ -77,3 +77,65 @@ def test_a_restarted_worker_sees_no_other_job_s_snapshot(tmp_path, no_leftover_r
     """Each job runs in a run folder of its own: the faulted run cannot take the weights it must match."""
     report = grading.grade(write_submission("tamper/takes_another_jobs_snapshot", tmp_path), FT)
     assert report.passed, [(v.id, v.message) for v in report.checks if v.status == "failed"]
+
+
+FACTS_OF_A_WORKER = """
+import ctypes, json, os, signal, sys
+facts = {
+    "rank": os.environ["RANK"],
+    "session_leader": os.getsid(0) == os.getpid(),
+    "sigterm_default": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
+    "sigint_python": signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+    "dumpable": ctypes.CDLL(None).prctl(3, 0, 0, 0, 0),
+}
+fds = os.listdir("/proc/self/fd")  # one of them the listing's own, gone once it is read
+facts["open_files"] = sorted(os.readlink(f"/proc/self/fd/{fd}") for fd in fds if os.path.exists(f"/proc/self/fd/{fd}"))
+try:
+    open(f"/proc/{os.getppid()}/mem", "rb").close()
+    facts["starter_readable"] = True
+except OSError:
+    facts["starter_readable"] = False
+print("FACTS " + json.dumps(facts), flush=True)
+"""
+
+
+def _facts(report) -> list[dict]:
+    return [
+        json.loads(line.split("FACTS ", 1)[1])
+        for rank in report.ranks
+        for line in rank.output.splitlines()
+        if line.startswith("FACTS ")
+    ]
+
+
+def test_a_worker_starts_as_torchrun_s_own_command_would_start_it(tmp_path, no_leftover_ranks):
+    """On CPU the workers are forked from a template of the agent, not exec'd
+    (autograder/rank/worker_template.py): each still leads a session of its
+    own, has Python's default signal handlers, is traceable as a fresh
+    process is, and holds none of the agent's files (its records stream, its
+    stack file, its output)."""
+    script = tmp_path / "facts.py"
+    script.write_text(FACTS_OF_A_WORKER)
+    facts = _facts(grading.grade(script, FT, RunOptions(timeout_s=60)))
+    assert sorted(f["rank"] for f in facts) == ["0", "1"]
+    for fact in facts:
+        assert fact["session_leader"] and fact["sigterm_default"] and fact["sigint_python"], fact
+        assert fact["dumpable"] == 1, fact
+        assert not any("agent" in name or name.endswith(".stack") for name in fact["open_files"]), fact
+
+
+@pytest.mark.skipif(why_unavailable() is not None, reason="without the sandbox the workers may be root")
+def test_a_worker_cannot_read_what_started_it(tmp_path, no_leftover_ranks):
+    """The process that forks the workers and reports how they ended is out of their reach."""
+    script = tmp_path / "facts.py"
+    script.write_text(FACTS_OF_A_WORKER)
+    facts = _facts(grading.grade(script, FT, RunOptions(timeout_s=60)))
+    assert facts and not any(f["starter_readable"] for f in facts), facts
+
+
+def test_killing_the_worker_template_gains_nothing(tmp_path, no_leftover_ranks):
+    """A worker that kills the process that reports the workers' exits leaves
+    them unknown: counted as stopped, never as finished."""
+    path = write_submission("tamper/kills_the_worker_template", tmp_path)
+    report = grading.grade(path, FT, RunOptions(timeout_s=60))
+    assert report.score == 0, [(v.id, v.status, v.message) for v in report.checks]

@@ -27,11 +27,15 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import torch.multiprocessing as mp
+
+from ..rank import torchrun_agent
 from ..rank.spec import TorchrunPlan
 from ..schema.run import LaunchResult, RankOutcome, RankStatus
 from . import Job
 from .capture import CappedOutput
 from .contain import Containment
+from .local import forked_fds, start_method, started_process
 from .skeleton import Launch, Launcher
 from .supervise import StartedRank, start_command
 
@@ -149,6 +153,8 @@ def _workers(agents: LaunchResult, containment: Containment, plan: TorchrunPlan,
 class TorchrunJobLauncher(Launcher):
     """One of the grading's jobs: an agent per node, whose workers are the ranks."""
 
+    drains_after_start = True  # its agents may be forked
+
     def __init__(self, torchrun_job: TorchrunJob):
         self.torchrun_job = torchrun_job
         self.plan: TorchrunPlan | None = None
@@ -181,11 +187,20 @@ class TorchrunJobLauncher(Launcher):
         launch.more_outputs = list(self.worker_outputs.values())
         (launch.private_dir / "plan.json").write_text(plan.to_json())
 
+    def inherited_fds(self, slots: Job, containment: Containment, outputs: list[CappedOutput]) -> list[int]:
+        return forked_fds(slots, containment, outputs)
+
     def start(self, launch: Launch, started: list[StartedRank]) -> None:
-        plan_path = launch.private_dir / "plan.json"
+        """Each agent as the graded ranks start: forked warm on CPU, a command of its own for a CUDA run."""
+        method, plan_path = start_method(launch.job), launch.private_dir / "plan.json"
         for node, output in enumerate(launch.outputs):
-            argv = [sys.executable, "-m", "autograder.rank.torchrun_agent", str(plan_path), str(node)]
-            started.append(start_command(argv, output.path))
+            if method == "spawn":
+                argv = [sys.executable, "-m", "autograder.rank.torchrun_agent", str(plan_path), str(node)]
+                started.append(start_command(argv, output.path))
+            else:
+                agent = mp.get_context(method).Process(target=torchrun_agent.run, args=(self.plan, node))
+                agent.start()
+                started.append(started_process(agent))
 
     def result(self, launch: Launch, supervised: LaunchResult) -> LaunchResult:
         return _workers(supervised, launch.containment, self.plan, self.worker_outputs)

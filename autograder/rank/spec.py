@@ -69,6 +69,10 @@ class RankSpec:
         )
 
 
+PLAN_VARIABLE = "DDP_GRADER_TORCHRUN_PLAN"  # the plan, for a torchrun agent's workers
+NODE_VARIABLE = "DDP_GRADER_NODE"  # the sandbox slot of the agent that started a worker
+
+
 @dataclass(frozen=True)
 class TorchrunPlan:
     """One torchrun job of a grading: its agents (one per node, each a

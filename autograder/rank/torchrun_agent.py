@@ -6,7 +6,9 @@ It enters the run's sandbox as slot NODE, then runs torchrun's own agent
 (torch.distributed.run): the agent starts the workers, watches them, and
 restarts them all when one dies. Each worker runs
 autograder.rank.torchrun_worker, which installs the probes and runs the
-student's file as `python FILE` would.
+student's file as `python FILE` would. On CPU the workers are forked from a
+template of the agent that has imported torch (worker_template.py), not
+exec'd: the same process, seconds sooner.
 
 How each worker ended is the agent's to say, not the worker's: once torchrun
 is done, the agent records every worker's exit status as it reaped it
@@ -24,12 +26,12 @@ import pickle
 import sys
 import types
 
+from torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_handler import SubprocessHandler
+
 from .._process import out_of_reach
 from .runner import TORCHRUN_VARIABLES, enter_sandbox, isolate, open_channels
-from .spec import TorchrunPlan
+from .spec import NODE_VARIABLE, PLAN_VARIABLE, TorchrunPlan
 
-PLAN_VARIABLE = "DDP_GRADER_TORCHRUN_PLAN"  # the plan, for the workers
-NODE_VARIABLE = "DDP_GRADER_NODE"  # the sandbox slot of the agent that started a worker
 MONITOR_INTERVAL_S = "0.1"  # how often the agent looks at its workers: a lost worker is seen at once
 
 
@@ -41,20 +43,34 @@ class WorkerExits:
         self.started: list[tuple[int, int, object]] = []
 
     def install(self) -> None:
-        from torch.distributed.elastic.multiprocessing.subprocess_handler import subprocess_handler
-
-        original_popen, started = subprocess_handler.SubprocessHandler._popen, self.started
+        original_popen, started = SubprocessHandler._popen, self.started
 
         def _popen(self, args, env):
             process = original_popen(self, args, env)
             started.append((int(env.get("TORCHELASTIC_RESTART_COUNT", "0")), int(env["RANK"]), process))
             return process
 
-        subprocess_handler.SubprocessHandler._popen = _popen
+        SubprocessHandler._popen = _popen
 
     def record(self, state) -> None:
         for attempt, rank, process in self.started:
             state.record("worker_exit", attempt=attempt, worker=rank, exit_code=process.poll())
+
+
+def _start_workers_warm() -> None:
+    """Workers forked from a template of this process (worker_template.py),
+    which has imported what each fresh worker would import again."""
+    import torch._dynamo  # noqa: F401  (DDP's constructor imports it)
+
+    from . import torchrun_worker  # noqa: F401  (and with it the probes)
+    from .worker_template import WorkerTemplate
+
+    template = WorkerTemplate()
+
+    def _popen(self, args, env):
+        return template.start(args, env, self._stdout, self._stderr)
+
+    SubprocessHandler._popen = _popen
 
 
 class RendezvousStateOnly(pickle.Unpickler):
@@ -107,6 +123,8 @@ def run(plan: TorchrunPlan, node: int) -> None:
     isolate(spec)  # the grader kills this process's group; the workers die with it
     state = open_channels(spec, node)
     enter_sandbox(spec, node, state)
+    if spec.backend != "nccl":  # a CUDA program starts fresh, as it must
+        _start_workers_warm()
     out_of_reach()  # the workers, the same user, cannot write on its records stream
     _read_rendezvous_state_only()
     exits = WorkerExits()

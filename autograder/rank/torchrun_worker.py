@@ -22,8 +22,7 @@ from .._process import die_with_parent
 from . import probes
 from .probes.state import RankState
 from .runner import redirect_output, run_to_the_end
-from .spec import TorchrunPlan
-from .torchrun_agent import NODE_VARIABLE, PLAN_VARIABLE
+from .spec import NODE_VARIABLE, PLAN_VARIABLE, TorchrunPlan
 
 
 def _arm_fault(state: RankState, passes: int) -> None:
@@ -72,5 +71,10 @@ def run(plan: TorchrunPlan) -> None:
     run_to_the_end(state, spec, lambda: runpy.run_path(spec.module_path, run_name="__main__"), installed)
 
 
-if __name__ == "__main__":
+def main() -> None:
+    """`python -m autograder.rank.torchrun_worker`, or a worker forked warm (worker_template.py)."""
     run(TorchrunPlan.from_json(os.environ.pop(PLAN_VARIABLE)))
+
+
+if __name__ == "__main__":
+    main()
