@@ -51,13 +51,11 @@ def grader(request, tmp_path):
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def grade(name: str, grader: Grader, *extra: str) -> dict:
+def grade(name: str, grader: Grader, *extra: str, exercise: str = "linear_regression") -> dict:
     """The JSON report of one submission, graded by the CLI; nothing of it may be left running."""
     path = write_submission(name, grader.folder)
     report_path = grader.folder / f"{path.stem}.json"
-    done = grader.run_cli(
-        "check", str(path), "--exercise", "linear_regression", "--json", str(report_path), *extra, timeout=200
-    )
+    done = grader.run_cli("check", str(path), "--exercise", exercise, "--json", str(report_path), *extra, timeout=200)
     assert report_path.exists(), done.stdout + done.stderr
     assert not processes_mentioning(path.name)
     return json.loads(report_path.read_text())
@@ -94,6 +92,20 @@ def test_facts_recorded_through_the_probes_state_are_tampering(grader):
 def test_a_save_the_probes_do_not_see_is_still_seen(grader, attack):
     # Saving on every rank openly loses points (test_checks' row all_ranks_save); hidden, it loses them all.
     assert_tampering(grade(f"tamper/{attack}", grader), "rank 1 wrote linear_regression.pt")
+
+
+@needs_sandbox
+def test_a_snapshot_a_torchrun_worker_writes_unseen_is_still_seen(grader):
+    """Each torchrun worker has a sandbox slot of its own, as a rank of mp.spawn does: the kernel names the writer."""
+    report = grade("tamper/snapshot_from_every_worker_unseen", grader, exercise="fault_tolerance")
+    assert_tampering(report, "rank 1 wrote rank1_snapshot.pt")
+
+
+@needs_sandbox
+def test_killing_the_torchrun_worker_template_gains_nothing(grader):
+    """A worker that kills the process that reports how the workers ended
+    leaves their ends unknown: counted as stopped, never as finished."""
+    assert grade("tamper/kills_the_worker_template", grader, exercise="fault_tolerance")["score"] == 0
 
 
 @needs_sandbox

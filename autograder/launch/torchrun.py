@@ -12,7 +12,10 @@ Grading a torchrun program takes three jobs, all within the one deadline:
 The faulted and two-node jobs each run in a run folder of their own, with
 copies of the code and of the working folder made before anything runs, so
 no job finds (or, in the sandbox, sees) another's snapshot. The agent of each
-node is one sandbox slot; its workers are in it with it.
+node is one sandbox slot. On CPU the agents are forked warm, as the graded
+ranks are, and each worker has a slot of its own after theirs
+(worker_template.py), so the sandbox names the worker that wrote a file; on
+a GPU the agents and workers are commands, and a node's workers share its slot.
 """
 
 from __future__ import annotations
@@ -110,9 +113,13 @@ def _workers(agents: LaunchResult, containment: Containment, plan: TorchrunPlan,
     channel = containment.channel
 
     def streams(attempt: int) -> list[list]:
-        # The rendezvous numbers the nodes in the order they join: any slot's worker may be any rank.
+        # A worker's slot is its own, or its node's: the rendezvous numbers the nodes in the
+        # order they join, so any node's worker may be any rank.
+        def slots(rank: int):
+            return [plan.worker_slot(rank)] if plan.worker_slots else range(plan.nodes)
+
         return [
-            next((events for n in range(plan.nodes) if (events := channel.events(f"worker{attempt}@{n}", r))), [])
+            next((events for s in slots(r) if (events := channel.events(f"worker{attempt}@{s}", r))), [])
             for r in range(plan.world_size)
         ]
 
@@ -130,9 +137,11 @@ def _workers(agents: LaunchResult, containment: Containment, plan: TorchrunPlan,
     last = outcomes[-1]
     failed = [o for o in last if o.status == RankStatus.FAILED]
     evidence = agents.evidence
-    # Workers share their node's slot: the slot names a worker only where a node has one.
     evidence.joined = None  # torchrun's agent holds the rendezvous, not the grader's store
-    if plan.workers_per_node > 1:
+    if plan.worker_slots:  # each worker a slot of its own, after the agents'
+        evidence.written_by = {name: _worker_ranks(plan, slots) for name, slots in evidence.written_by.items()}
+        evidence.over_memory = _worker_ranks(plan, evidence.over_memory)
+    elif plan.workers_per_node > 1:  # workers share their node's slot: it names a worker only where it has one
         evidence.written_by = {}
         evidence.over_memory = []
     return LaunchResult(
@@ -150,6 +159,16 @@ def _workers(agents: LaunchResult, containment: Containment, plan: TorchrunPlan,
     )
 
 
+def _warm(job: Job) -> bool:
+    """Agents forked and workers forked from a template of theirs: all but a CUDA run."""
+    return start_method(job) != "spawn"
+
+
+def _worker_ranks(plan: TorchrunPlan, slots: list[int]) -> list[int]:
+    """The workers' ranks of sandbox slots; an agent's slot names none."""
+    return sorted(slot - plan.nodes for slot in slots if slot >= plan.nodes)
+
+
 class TorchrunJobLauncher(Launcher):
     """One of the grading's jobs: an agent per node, whose workers are the ranks."""
 
@@ -160,15 +179,21 @@ class TorchrunJobLauncher(Launcher):
         self.plan: TorchrunPlan | None = None
         self.worker_outputs: dict[tuple[int, int], CappedOutput] = {}
 
+    def _workers_per_node(self, job: Job) -> int:
+        return job.world_size if self.torchrun_job.nodes == 1 else 1
+
     def slots(self, job: Job) -> Job:
-        return replace(job, world_size=self.torchrun_job.nodes)  # one sandbox slot per node
+        """A sandbox slot per node, and one per worker where warm workers get their own (TorchrunPlan)."""
+        nodes = self.torchrun_job.nodes
+        workers = nodes * self._workers_per_node(job) if job.sandboxed and _warm(job) else 0
+        return replace(job, world_size=nodes + workers)
 
     def output_names(self, slots: Job) -> list[str]:
-        return [f"agent{n}.out" for n in range(slots.world_size)]
+        return [f"agent{n}.out" for n in range(self.torchrun_job.nodes)]
 
     def prepare(self, launch: Launch) -> None:
         nodes = self.torchrun_job.nodes
-        workers = launch.job.world_size if nodes == 1 else 1
+        workers = self._workers_per_node(launch.job)
         self.plan = plan = TorchrunPlan(
             launch.spec,
             nodes,
@@ -178,6 +203,7 @@ class TorchrunJobLauncher(Launcher):
             str(launch.containment.layout.channel_dir),  # the one folder of the run's that its users may open
             nodes * workers - 1 if self.torchrun_job.fault else None,  # not rank 0: the writer of the snapshots
             FAULT_AFTER_PASSES,
+            warm_workers=_warm(launch.job),
         )
         self.worker_outputs = {
             (a, r): _worker_output(plan.worker_output(a, r))
@@ -194,7 +220,7 @@ class TorchrunJobLauncher(Launcher):
         """Each agent as the graded ranks start: forked warm on CPU, a command of its own for a CUDA run."""
         method, plan_path = start_method(launch.job), launch.private_dir / "plan.json"
         for node, output in enumerate(launch.outputs):
-            if method == "spawn":
+            if not _warm(launch.job):
                 argv = [sys.executable, "-m", "autograder.rank.torchrun_agent", str(plan_path), str(node)]
                 started.append(start_command(argv, output.path))
             else:

@@ -70,15 +70,17 @@ class RankSpec:
 
 
 PLAN_VARIABLE = "DDP_GRADER_TORCHRUN_PLAN"  # the plan, for a torchrun agent's workers
-NODE_VARIABLE = "DDP_GRADER_NODE"  # the sandbox slot of the agent that started a worker
+SLOT_VARIABLE = "DDP_GRADER_SLOT"  # a worker's sandbox slot: its own, or its agent's
 
 
 @dataclass(frozen=True)
 class TorchrunPlan:
     """One torchrun job of a grading: its agents (one per node, each a
-    sandbox slot of `spec`) and what their workers need to know."""
+    sandbox slot of `spec`) and what their workers need to know. Where
+    `worker_slots`, each worker has a sandbox slot of its own too, after the
+    agents' (worker_slot), so that what it writes is told from its neighbours'."""
 
-    spec: RankSpec  # world_size: the number of nodes (agents)
+    spec: RankSpec  # world_size: the number of sandbox slots
     nodes: int
     workers_per_node: int
     max_restarts: int
@@ -86,6 +88,15 @@ class TorchrunPlan:
     output_dir: str  # the workers' output pipes, one per attempt and rank (worker_output)
     fault_rank: int | None = None  # the worker killed on the first attempt, if any
     fault_after_passes: int = 0  # ... at its first optimizer step after this many passes over the data
+    warm_workers: bool = False  # forked from a template of the agent (worker_template.py), not exec'd
+
+    @property
+    def worker_slots(self) -> bool:
+        """Each worker in a sandbox slot of its own: warm workers, in a sandbox."""
+        return self.warm_workers and self.spec.sandbox is not None
+
+    def worker_slot(self, rank: int) -> int:
+        return self.nodes + rank
 
     @property
     def world_size(self) -> int:

@@ -8,7 +8,8 @@ restarts them all when one dies. Each worker runs
 autograder.rank.torchrun_worker, which installs the probes and runs the
 student's file as `python FILE` would. On CPU the workers are forked from a
 template of the agent that has imported torch (worker_template.py), not
-exec'd: the same process, seconds sooner.
+exec'd: the same process, seconds sooner, and in the sandbox each in a slot
+of its own.
 
 How each worker ended is the agent's to say, not the worker's: once torchrun
 is done, the agent records every worker's exit status as it reaped it
@@ -30,7 +31,7 @@ from torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_han
 
 from .._process import out_of_reach
 from .runner import TORCHRUN_VARIABLES, enter_sandbox, isolate, open_channels
-from .spec import NODE_VARIABLE, PLAN_VARIABLE, TorchrunPlan
+from .spec import PLAN_VARIABLE, SLOT_VARIABLE, TorchrunPlan
 
 MONITOR_INTERVAL_S = "0.1"  # how often the agent looks at its workers: a lost worker is seen at once
 
@@ -57,20 +58,31 @@ class WorkerExits:
             state.record("worker_exit", attempt=attempt, worker=rank, exit_code=process.poll())
 
 
-def _start_workers_warm() -> None:
+def _start_workers_warm(plan: TorchrunPlan) -> None:
     """Workers forked from a template of this process (worker_template.py),
-    which has imported what each fresh worker would import again."""
+    which has imported what each fresh worker would import again; in the
+    sandbox, each in a slot of its own, signalled through the template."""
     import torch._dynamo  # noqa: F401  (DDP's constructor imports it)
+    from torch.distributed.elastic.multiprocessing.subprocess_handler import subprocess_handler
 
     from . import torchrun_worker  # noqa: F401  (and with it the probes)
     from .worker_template import WorkerTemplate
 
-    template = WorkerTemplate()
+    template = WorkerTemplate(plan.spec.sandbox, plan.spec.workdir)
 
     def _popen(self, args, env):
-        return template.start(args, env, self._stdout, self._stderr)
+        slot = plan.worker_slot(int(env["RANK"])) if plan.worker_slots else None
+        if slot is not None:
+            env = {**env, SLOT_VARIABLE: str(slot)}
+        return template.start(args, env, self._stdout, self._stderr, slot)
 
-    SubprocessHandler._popen = _popen
+    def close(self, death_sig=None):
+        self.proc.send_signal(death_sig or subprocess_handler._get_default_signal())
+        for output in (self._stdout, self._stderr):
+            if output is not None:
+                output.close()
+
+    SubprocessHandler._popen, SubprocessHandler.close = _popen, close
 
 
 class RendezvousStateOnly(pickle.Unpickler):
@@ -122,9 +134,9 @@ def run(plan: TorchrunPlan, node: int) -> None:
     spec = plan.spec
     isolate(spec)  # the grader kills this process's group; the workers die with it
     state = open_channels(spec, node)
+    if plan.warm_workers:  # before the sandbox: the template puts each worker in a slot of its own
+        _start_workers_warm(plan)
     enter_sandbox(spec, node, state)
-    if spec.backend != "nccl":  # a CUDA program starts fresh, as it must
-        _start_workers_warm()
     out_of_reach()  # the workers, the same user, cannot write on its records stream
     _read_rendezvous_state_only()
     exits = WorkerExits()
@@ -132,7 +144,7 @@ def run(plan: TorchrunPlan, node: int) -> None:
     for name in (*TORCHRUN_VARIABLES, "MASTER_ADDR", "MASTER_PORT"):
         os.environ.pop(name, None)
     os.environ[PLAN_VARIABLE] = plan.to_json()
-    os.environ[NODE_VARIABLE] = str(node)
+    os.environ[SLOT_VARIABLE] = str(node)  # a worker's, unless it has a slot of its own
     os.chdir(spec.workdir)
     from torch.distributed.run import main as torchrun
 

@@ -22,7 +22,7 @@ from .._process import die_with_parent
 from . import probes
 from .probes.state import RankState
 from .runner import redirect_output, run_to_the_end
-from .spec import NODE_VARIABLE, PLAN_VARIABLE, TorchrunPlan
+from .spec import PLAN_VARIABLE, SLOT_VARIABLE, TorchrunPlan
 
 
 def _arm_fault(state: RankState, passes: int) -> None:
@@ -39,7 +39,7 @@ def _arm_fault(state: RankState, passes: int) -> None:
 def run(plan: TorchrunPlan) -> None:
     die_with_parent()  # the agent starts workers in sessions of their own
     rank, attempt = int(os.environ["RANK"]), int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    slot = int(os.environ[NODE_VARIABLE])  # the agent's sandbox slot; torchrun numbers the nodes itself
+    slot = int(os.environ[SLOT_VARIABLE])  # its sandbox slot: its own, or its agent's
     spec = plan.spec
     redirect_output(plan.worker_output(attempt, rank))
     state = RankState(

@@ -10,12 +10,19 @@ the agent's environment with torchrun's variables, a session of its own, the
 worker module's main, default signal handlers, and no descriptor
 but its standard three.
 
+In the sandbox the template is forked before the agent enters it, so it
+can put each worker in a slot of its own (its user, its mount, its memory
+cgroup): what a worker writes is then told from what its neighbours write,
+as for the ranks of mp.spawn. The agent, another user, signals its workers
+through the template (torchrun's killpg would be refused).
+
 How a worker ended is still the agent's to know, not the workers': the
 template reaps them and reports each exit status over a socket pair that only
-the agent holds. The template cannot be traced or read by the workers (the
-same user): it is out of reach, and each worker it forks makes itself
-traceable again, as a fresh process is. A worker that kills the template
-leaves every exit unknown, which counts as a failure, never a success.
+the agent holds. The workers cannot trace or read the template: it is out of
+their reach (outside their sandbox, or out of reach where it shares their
+user), and each worker makes itself traceable again, as a fresh process is.
+A worker that kills the template leaves every exit unknown, which counts as
+a failure, never a success.
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ import sys
 import threading
 
 from .._process import die_with_parent, out_of_reach, traceable
+from ..schema.run import SandboxView
+from .sandbox_entry import enter
 
 WORKER_MODULE = "autograder.rank.torchrun_worker"
 MAX_MESSAGE = 4 * 2**20  # a request carries the worker's environment
@@ -69,23 +78,26 @@ def _receive(connection: socket.socket) -> tuple[dict | None, list[int]]:
 
 
 class WorkerTemplate:
-    """The agent's side: forks the template now, then starts workers from it."""
+    """The agent's side: forks the template now, then starts workers from it.
+    sandbox: where a worker started with a slot goes (None: it stays where the template is)."""
 
-    def __init__(self):
+    def __init__(self, sandbox: SandboxView | None, workdir: str):
         ours, theirs = socket.socketpair()
         pid = os.fork()
         if pid == 0:
             ours.close()
-            _serve(theirs)  # never returns
+            _serve(theirs, sandbox, workdir)  # never returns
         theirs.close()
         self._connection, self._lock = ours, threading.Lock()
         self._exits: dict[int, int] = {}
         self._gone = False
 
-    def start(self, argv: tuple[str, ...], env: dict[str, str], stdout, stderr) -> WarmWorker:
-        """A worker for torchrun's command line, as Popen(argv, env=env, start_new_session=True) starts it."""
+    def start(self, argv: tuple[str, ...], env: dict[str, str], stdout, stderr, slot: int | None) -> WarmWorker:
+        """A worker for torchrun's command line, as Popen(argv, env=env, start_new_session=True) starts
+        it, in sandbox slot `slot` (None: the template's own place)."""
         fds = [f.fileno() for f in (stdout, stderr) if f is not None]
         request = {"argv": list(argv), "env": env, "stdout": stdout is not None, "stderr": stderr is not None}
+        request["slot"] = slot
         with self._lock:
             _send(self._connection, request, fds)
             while (message := self._read()) is not None:
@@ -103,6 +115,12 @@ class WorkerTemplate:
         elif "exited" in message:
             self._exits[message["exited"]] = message["code"]
         return message
+
+    def signal(self, pid: int, number: int) -> None:
+        """Signal a worker and all it started (its process group), as torchrun's killpg would."""
+        with self._lock:
+            if not self._gone:
+                _send(self._connection, {"signal": pid, "number": int(number)})
 
     def exit_code(self, pid: int) -> tuple[bool, int | None]:
         """(known, code) for a worker, from what the template has reported so far, without waiting.
@@ -137,7 +155,7 @@ class WarmWorker:
 
     def send_signal(self, number: int) -> None:
         if self.poll() is None:
-            os.kill(self.pid, number)
+            self.template.signal(self.pid, number)
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
@@ -158,8 +176,9 @@ def _close_all_but(keep: list[int]) -> None:
     os.closerange(low, os.sysconf("SC_OPEN_MAX"))
 
 
-def _serve(connection: socket.socket) -> None:
-    """Fork a worker per request and report each exit, until the agent is gone."""
+def _serve(connection: socket.socket, sandbox: SandboxView | None, workdir: str) -> None:
+    """Fork a worker per request, signal one when asked, and report each
+    exit, until the agent is gone."""
     code = 1
     try:
         die_with_parent()
@@ -174,11 +193,25 @@ def _serve(connection: socket.socket) -> None:
                 if request is None:
                     code = 0
                     break
-                pid = _fork_worker(connection, request, fds)
+                if "signal" in request:
+                    _signal(children, request["signal"], request["number"])
+                    continue
+                pid = _fork_worker(connection, request, fds, sandbox, workdir)
                 children.add(pid)
                 _send(connection, {"started": pid})
     finally:
         os._exit(code)
+
+
+def _signal(children: set[int], pid: int, number: int) -> None:
+    if pid not in children:  # only a worker of this template's, still unreaped
+        return
+    for send in (os.killpg, os.kill):  # its group; the worker alone if the group is gone
+        try:
+            send(pid, number)
+            return
+        except OSError:
+            pass
 
 
 def _report_exits(connection: socket.socket, children: set[int]) -> None:
@@ -189,7 +222,9 @@ def _report_exits(connection: socket.socket, children: set[int]) -> None:
             _send(connection, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
 
 
-def _fork_worker(connection: socket.socket, request: dict, fds: list[int]) -> int:
+def _fork_worker(
+    connection: socket.socket, request: dict, fds: list[int], sandbox: SandboxView | None, workdir: str
+) -> int:
     """The worker's pid, once it leads a session of its own (so that torchrun's killpg reaches it)."""
     ready_r, ready_w = os.pipe()
     pid = os.fork()
@@ -199,7 +234,8 @@ def _fork_worker(connection: socket.socket, request: dict, fds: list[int]) -> in
             os.close(ready_r)
             os.setsid()
             os.close(ready_w)
-            _become_worker(request, fds)
+            die_with_parent()
+            _become_worker(request, fds, sandbox if request["slot"] is not None else None, workdir)
         finally:
             os._exit(1)
     for fd in (*fds, ready_w):
@@ -209,9 +245,9 @@ def _fork_worker(connection: socket.socket, request: dict, fds: list[int]) -> in
     return pid
 
 
-def _become_worker(request: dict, fds: list[int]) -> None:
-    """In the forked worker: the rest of what the command would have given it."""
-    traceable()
+def _become_worker(request: dict, fds: list[int], sandbox: SandboxView | None, workdir: str) -> None:
+    """In the forked worker: the rest of what the command would have given it, in its slot of the sandbox."""
+    traceable()  # as a fresh process is; and a user namespace's maps are written through /proc/self
     faulthandler.disable()
     for number in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}:
         try:
@@ -227,6 +263,13 @@ def _become_worker(request: dict, fds: list[int]) -> None:
     argv = request["argv"]
     if WORKER_MODULE not in argv:  # the template starts the grader's worker, and nothing else
         raise SystemExit(f"the worker template does not run {argv!r}")
+    if sandbox is not None:
+        try:
+            enter(sandbox, request["slot"], workdir)
+        except OSError as error:
+            print(f"The grader could not put this worker in its sandbox ({error}); tell your instructor.", flush=True)
+            raise
+    traceable()  # again: a change of user made it untraceable
     os.environ.clear()
     os.environ.update(request["env"])
     numpy = sys.modules.get("numpy")
