@@ -10,10 +10,11 @@ import signal
 import time
 
 import pytest
-from conftest import failed_ids, run_cli
+from conftest import ROOT, failed_ids, run_cli
 from mistakes import write_submission
 
 from autograder import RunOptions, grading
+from autograder.launch import torchrun as torchrun_launcher
 from autograder.launch.sandbox import why_unavailable
 
 FT = "fault_tolerance"
@@ -142,3 +143,17 @@ def test_torchrun_stops_the_other_workers_when_one_fails(tmp_path, no_leftover_r
     _, run = grading.record(script, FT, RunOptions(timeout_s=120))
     assert time.monotonic() - started < 60
     assert [w.outcome.exit_code for w in run.ranks] == [-signal.SIGTERM, 1]  # a SystemExit of a worker: 1
+
+
+@pytest.mark.skipif(why_unavailable() is not None, reason="without the sandbox no slot names a writer")
+def test_on_the_gpu_path_each_worker_is_exec_d_in_a_slot_of_its_own(tmp_path, monkeypatch, no_leftover_ranks):
+    """A CUDA run starts the agents as commands and execs each worker in its
+    slot (forced here on CPU): a correct program keeps every point, and the
+    kernel still names the worker that wrote a file."""
+    monkeypatch.setattr(torchrun_launcher, "_warm", lambda job: False)
+    correct = tmp_path / "fault_tolerance.py"
+    correct.write_text((ROOT / "solutions" / "fault_tolerance.py").read_text())
+    report = grading.grade(correct, FT)
+    assert report.passed, [(v.id, v.message) for v in report.checks if v.status == "failed"]
+    report = grading.grade(write_submission("tamper/snapshot_from_every_worker_unseen", tmp_path), FT)
+    assert "rank 1 wrote rank1_snapshot.pt, but its records show no such write" in report.error

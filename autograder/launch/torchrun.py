@@ -12,10 +12,10 @@ Grading a torchrun program takes three jobs, all within the one deadline:
 The faulted and two-node jobs each run in a run folder of their own, with
 copies of the code and of the working folder made before anything runs, so
 no job finds (or, in the sandbox, sees) another's snapshot. The agent of each
-node is one sandbox slot. On CPU the agents are forked warm, as the graded
-ranks are, and each worker has a slot of its own after theirs
-(worker_template.py), so the sandbox names the worker that wrote a file; on
-a GPU the agents and workers are commands, and a node's workers share its slot.
+node is one sandbox slot, and each worker has a slot of its own after theirs
+(worker_template.py), so the sandbox names the worker that wrote a file. On
+CPU the agents are forked warm, as the graded ranks are, and so are the
+workers; on a GPU both are commands, as CUDA needs.
 """
 
 from __future__ import annotations
@@ -141,9 +141,6 @@ def _workers(agents: LaunchResult, containment: Containment, plan: TorchrunPlan,
     if plan.worker_slots:  # each worker a slot of its own, after the agents'
         evidence.written_by = {name: _worker_ranks(plan, slots) for name, slots in evidence.written_by.items()}
         evidence.over_memory = _worker_ranks(plan, evidence.over_memory)
-    elif plan.workers_per_node > 1:  # workers share their node's slot: it names a worker only where it has one
-        evidence.written_by = {}
-        evidence.over_memory = []
     return LaunchResult(
         ranks=last,
         duration_s=agents.duration_s,
@@ -183,9 +180,9 @@ class TorchrunJobLauncher(Launcher):
         return job.world_size if self.torchrun_job.nodes == 1 else 1
 
     def slots(self, job: Job) -> Job:
-        """A sandbox slot per node, and one per worker where warm workers get their own (TorchrunPlan)."""
+        """A sandbox slot per node, and in the sandbox one per worker (TorchrunPlan)."""
         nodes = self.torchrun_job.nodes
-        workers = nodes * self._workers_per_node(job) if job.sandboxed and _warm(job) else 0
+        workers = nodes * self._workers_per_node(job) if job.sandboxed else 0
         return replace(job, world_size=nodes + workers)
 
     def output_names(self, slots: Job) -> list[str]:

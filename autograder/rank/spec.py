@@ -92,8 +92,8 @@ class TorchrunPlan:
 
     @property
     def worker_slots(self) -> bool:
-        """Each worker in a sandbox slot of its own: warm workers, in a sandbox."""
-        return self.warm_workers and self.spec.sandbox is not None
+        """Each worker in a sandbox slot of its own: wherever there is a sandbox."""
+        return self.spec.sandbox is not None
 
     def worker_slot(self, rank: int) -> int:
         return self.nodes + rank

@@ -6,10 +6,10 @@ It enters the run's sandbox as slot NODE, then runs torchrun's own agent
 (torch.distributed.run): the agent starts the workers, watches them, and
 restarts them all when one dies. Each worker runs
 autograder.rank.torchrun_worker, which installs the probes and runs the
-student's file as `python FILE` would. On CPU the workers are forked from a
-template of the agent that has imported torch (worker_template.py), not
-exec'd: the same process, seconds sooner, and in the sandbox each in a slot
-of its own.
+student's file as `python FILE` would. The workers are forked from a
+template of the agent (worker_template.py) that puts each in a sandbox slot
+of its own; on CPU the template has imported torch and the worker is not
+exec'd: the same process, seconds sooner.
 
 How each worker ended is the agent's to say, not the worker's: once torchrun
 is done, the agent records every worker's exit status as it reaped it
@@ -58,15 +58,19 @@ class WorkerExits:
             state.record("worker_exit", attempt=attempt, worker=rank, exit_code=process.poll())
 
 
-def _start_workers_warm(plan: TorchrunPlan) -> None:
-    """Workers forked from a template of this process (worker_template.py),
-    which has imported what each fresh worker would import again; in the
-    sandbox, each in a slot of its own, signalled through the template."""
-    import torch._dynamo  # noqa: F401  (DDP's constructor imports it)
+def _start_workers_from_a_template(plan: TorchrunPlan) -> None:
+    """Workers forked from a template of this process (worker_template.py):
+    warm, where the template has imported what each fresh worker would import
+    again; in the sandbox, each in a slot of its own, signalled through the
+    template."""
     from torch.distributed.elastic.multiprocessing.subprocess_handler import subprocess_handler
 
-    from . import torchrun_worker  # noqa: F401  (and with it the probes)
     from .worker_template import WorkerTemplate
+
+    if plan.warm_workers:
+        import torch._dynamo  # noqa: F401  (DDP's constructor imports it)
+
+        from . import torchrun_worker  # noqa: F401  (and with it the probes)
 
     template = WorkerTemplate(plan.spec.sandbox, plan.spec.workdir)
 
@@ -74,7 +78,7 @@ def _start_workers_warm(plan: TorchrunPlan) -> None:
         slot = plan.worker_slot(int(env["RANK"])) if plan.worker_slots else None
         if slot is not None:
             env = {**env, SLOT_VARIABLE: str(slot)}
-        return template.start(args, env, self._stdout, self._stderr, slot)
+        return template.start(args, env, self._stdout, self._stderr, slot, fresh=not plan.warm_workers)
 
     def close(self, death_sig=None):
         self.proc.send_signal(death_sig or subprocess_handler._get_default_signal())
@@ -134,8 +138,8 @@ def run(plan: TorchrunPlan, node: int) -> None:
     spec = plan.spec
     isolate(spec)  # the grader kills this process's group; the workers die with it
     state = open_channels(spec, node)
-    if plan.warm_workers:  # before the sandbox: the template puts each worker in a slot of its own
-        _start_workers_warm(plan)
+    if plan.warm_workers or plan.worker_slots:  # before the sandbox: the template puts each worker in its slot
+        _start_workers_from_a_template(plan)
     enter_sandbox(spec, node, state)
     out_of_reach()  # the workers, the same user, cannot write on its records stream
     _read_rendezvous_state_only()

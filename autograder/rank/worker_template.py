@@ -1,5 +1,7 @@
 """torchrun's workers, started warm: forked from a template of the agent
-rather than exec'd as `python -m autograder.rank.torchrun_worker`.
+rather than exec'd as `python -m autograder.rank.torchrun_worker`. (For a
+CUDA program, which must start fresh, the template forks the worker, puts
+it in its slot and then execs the command.)
 
 A fresh worker imports torch, and torch._dynamo when it builds DDP: seconds
 each, most of a torchrun grading, paid again by every worker of every
@@ -92,12 +94,21 @@ class WorkerTemplate:
         self._exits: dict[int, int] = {}
         self._gone = False
 
-    def start(self, argv: tuple[str, ...], env: dict[str, str], stdout, stderr, slot: int | None) -> WarmWorker:
+    def start(
+        self, argv: tuple[str, ...], env: dict[str, str], stdout, stderr, slot: int | None, fresh: bool = False
+    ) -> WarmWorker:
         """A worker for torchrun's command line, as Popen(argv, env=env, start_new_session=True) starts
-        it, in sandbox slot `slot` (None: the template's own place)."""
+        it, in sandbox slot `slot` (None: the template's own place). fresh: exec'd once in its slot,
+        rather than forked warm (a CUDA program)."""
         fds = [f.fileno() for f in (stdout, stderr) if f is not None]
-        request = {"argv": list(argv), "env": env, "stdout": stdout is not None, "stderr": stderr is not None}
-        request["slot"] = slot
+        request = {
+            "argv": list(argv),
+            "env": env,
+            "stdout": stdout is not None,
+            "stderr": stderr is not None,
+            "slot": slot,
+            "exec": fresh,
+        }
         with self._lock:
             _send(self._connection, request, fds)
             while (message := self._read()) is not None:
@@ -119,8 +130,10 @@ class WorkerTemplate:
     def signal(self, pid: int, number: int) -> None:
         """Signal a worker and all it started (its process group), as torchrun's killpg would."""
         with self._lock:
-            if not self._gone:
+            try:
                 _send(self._connection, {"signal": pid, "number": int(number)})
+            except OSError:  # the template is gone, and with it the workers
+                self._gone = True
 
     def exit_code(self, pid: int) -> tuple[bool, int | None]:
         """(known, code) for a worker, from what the template has reported so far, without waiting.
@@ -269,6 +282,8 @@ def _become_worker(request: dict, fds: list[int], sandbox: SandboxView | None, w
         except OSError as error:
             print(f"The grader could not put this worker in its sandbox ({error}); tell your instructor.", flush=True)
             raise
+    if request["exec"]:  # a CUDA program: a fresh interpreter, in its slot
+        os.execve(argv[0], argv, request["env"])
     traceable()  # again: a change of user made it untraceable
     os.environ.clear()
     os.environ.update(request["env"])
