@@ -35,6 +35,14 @@ def test_reference_solutions_pass_on_nccl_with_a_gpu_per_rank(solution, exercise
     assert report.check("gpu_device").status == "passed"
 
 
+@needs_gpus(2)
+def test_the_torchrun_solution_passes_on_nccl_with_each_worker_in_a_slot_of_its_own(no_leftover_ranks):
+    """On a GPU the agents are commands and each worker is exec'd in its own sandbox slot (worker_template.py)."""
+    report = grade(SOLUTIONS / "fault_tolerance.py", "fault_tolerance", RunOptions(world_size=2))
+    assert report.backend == "nccl"
+    assert report.passed, [(v.id, v.message) for v in report.checks if not v.passed]
+
+
 @needs_gpus(1)
 def test_gloo_on_a_gpu_machine_hides_the_gpus_so_the_cpu_path_runs(tmp_path, no_leftover_ranks):
     source = (SOLUTIONS / "linear_regression_ddp.py").read_text()
