@@ -205,18 +205,16 @@ def run_demo(keep: bool = False) -> int:
     try:
         console.print(f"[bold]ddp-course demo[/]: grading {len(STUDENTS)} sample students with nbgrader in {course}")
         copy_course(course)
-        for student, (first, last, _) in STUDENTS.items():
-            step(
-                f"nbgrader db student add {student}",
-                "db",
-                "student",
-                "add",
-                student,
-                f"--first-name={first}",
-                f"--last-name={last}",
-            )
-        for assignment in ASSIGNMENTS:
-            step(f"nbgrader db assignment add {assignment}", "db", "assignment", "add", assignment)
+        names = "".join(f"{student},{first},{last}\n" for student, (first, last, _) in STUDENTS.items())
+        (course / "students.csv").write_text("id,first_name,last_name\n" + names)
+        step(
+            f"nbgrader db student import students.csv ({', '.join(STUDENTS)})",
+            "db",
+            "student",
+            "import",
+            "students.csv",
+        )
+        for assignment in ASSIGNMENTS:  # which also adds it to the gradebook, in this order
             step(f"nbgrader generate_assignment {assignment}", "generate_assignment", assignment, "--force")
         for student in STUDENTS:
             for assignment in ASSIGNMENTS:
