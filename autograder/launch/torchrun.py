@@ -215,15 +215,17 @@ class TorchrunJobLauncher(Launcher):
 
     def start(self, launch: Launch, started: list[StartedRank]) -> None:
         """Each agent as the graded ranks start: forked warm on CPU, a command of its own for a CUDA run."""
-        method, plan_path = start_method(launch.job), launch.private_dir / "plan.json"
+        warm, plan_path = _warm(launch.job), launch.private_dir / "plan.json"
         for node, output in enumerate(launch.outputs):
-            if not _warm(launch.job):
-                argv = [sys.executable, "-m", "autograder.rank.torchrun_agent", str(plan_path), str(node)]
-                started.append(start_command(argv, output.path))
-            else:
-                agent = mp.get_context(method).Process(target=torchrun_agent.run, args=(self.plan, node))
+            if warm:
+                agent = mp.get_context(start_method(launch.job)).Process(
+                    target=torchrun_agent.run, args=(self.plan, node)
+                )
                 agent.start()
                 started.append(started_process(agent))
+            else:
+                argv = [sys.executable, "-m", "autograder.rank.torchrun_agent", str(plan_path), str(node)]
+                started.append(start_command(argv, output.path))
 
     def result(self, launch: Launch, supervised: LaunchResult) -> LaunchResult:
         return _workers(supervised, launch.containment, self.plan, self.worker_outputs)

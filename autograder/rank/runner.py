@@ -86,7 +86,7 @@ def _share_cores(world_size: int) -> None:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
 
 
-def _fresh_numpy_seed() -> None:
+def fresh_numpy_seed() -> None:
     """A forked rank inherits NumPy's random state; a process of the student's
     own mp.spawn would get a fresh one. Python's random reseeds itself on fork."""
     numpy = sys.modules.get("numpy")
@@ -186,7 +186,7 @@ def run_rank(rank: int, spec: RankSpec) -> None:
     state = open_channels(spec, rank)
     enter_sandbox(spec, rank, state)
     _share_cores(spec.world_size)
-    _fresh_numpy_seed()
+    fresh_numpy_seed()
     _own_multiprocessing()
     prepare_environment(spec)
     installed = probes.install(state)

@@ -42,6 +42,7 @@ import threading
 
 from .._process import die_with_parent, out_of_reach, traceable
 from ..schema.run import SandboxView
+from .runner import fresh_numpy_seed
 from .sandbox_entry import enter
 
 WORKER_MODULE = "autograder.rank.torchrun_worker"
@@ -287,9 +288,7 @@ def _become_worker(request: dict, fds: list[int], sandbox: SandboxView | None, w
     traceable()  # again: a change of user made it untraceable
     os.environ.clear()
     os.environ.update(request["env"])
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:  # a fresh interpreter draws its own seed
-        numpy.random.seed()
+    fresh_numpy_seed()
     sys.argv = [sys.argv[0], *argv[argv.index(WORKER_MODULE) + 1 :]]
     from .torchrun_worker import main
 
